@@ -1,0 +1,113 @@
+"""All of vidlora's settings, in one typed place, read from the environment.
+
+Every process (CLI, web, cpu worker, gpu worker) calls ``get_settings()``; nothing else reads
+``os.environ`` for configuration. Defaults are the embedded set-up (SQLite file, SQLite-backed
+queue, local media folder, the tiny model the project builds), so a fresh checkout runs with
+no external services. Production sets ``VIDLORA_DATABASE_URL`` / ``VIDLORA_BROKER_URL`` to
+PostgreSQL and Redis and points ``VIDLORA_MODEL`` / ``VIDLORA_ADAPTER_ROOT`` at real weights.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VIDLORA_", env_file=None, extra="ignore")
+
+    # -- where things live -------------------------------------------------------------
+    var_dir: Path = Field(PROJECT_ROOT / "var", description="Root for embedded state.")
+    database_url: str = ""  # default: sqlite file under var_dir
+    broker_url: str = ""  # default: kombu's SQLAlchemy transport on a sqlite file
+    media_root: Path | None = None  # default: var_dir / "media"
+    scenarios_file: Path = PROJECT_ROOT / "scenarios.yaml"
+
+    # -- model -------------------------------------------------------------------------
+    model: str = ""  # default: the tiny random Qwen3.5 model under var_dir
+    adapter_root: Path | None = None  # adapter paths in scenarios.yaml are relative to it
+    served_model_name: str = ""
+
+    # -- ingest limits (bulk archives are hostile until proven otherwise) ---------------
+    max_upload_bytes: int = 2 * 1024**3
+    max_video_bytes: int = 2 * 1024**3
+    archive_max_members: int = 5_000
+    archive_max_total_bytes: int = 20 * 1024**3
+    archive_max_ratio: float = 200.0  # uncompressed / compressed, per member
+    archive_nested: str = "reject"  # "reject" | "extract" (one level only)
+    video_extensions: tuple[str, ...] = (
+        ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
+        ".wmv", ".flv", ".3gp", ".ogv",
+    )
+
+    # -- probing / sampling -------------------------------------------------------------
+    max_video_pixels: int = 8192 * 8192  # "absurd resolution" above this
+    max_duration_s: float = 6 * 3600.0
+    decode_timeout_s: float = 120.0  # a decoder subprocess is killed after this
+    jpeg_quality: int = 90
+
+    # -- task behaviour -------------------------------------------------------------------
+    max_attempts: int = 3  # attempt cap kept in the database, not in the broker
+    cpu_soft_time_limit_s: int = 600
+    cpu_time_limit_s: int = 660
+    gpu_batch_deadline_s: int = 1800
+    # Must exceed the longest task, or Redis re-delivers a task that is still running.
+    visibility_timeout_s: int = 7200
+
+    # -- GPU worker / engine --------------------------------------------------------------
+    max_loras: int = 4
+    max_cpu_loras: int = 20
+    max_lora_rank: int = 64
+    max_model_len: int = 16384
+    max_num_seqs: int = 16
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    batch_max_requests: int = 16
+    batch_max_tokens: int = 65536
+    worker_name: str = ""  # default: hostname-pid
+    heartbeat_s: float = 15.0
+
+    # -- web ---------------------------------------------------------------------------
+    secret_key: str = ""  # must be set outside development; see web.create_app
+    web_host: str = "127.0.0.1"
+    web_port: int = 8000
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> "Settings":
+        self.var_dir = Path(self.var_dir)
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.var_dir / 'vidlora.db'}"
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{self.var_dir / 'broker.db'}"
+        if self.media_root is None:
+            self.media_root = self.var_dir / "media"
+        if not self.model:
+            self.model = str(self.var_dir / "tiny-model" / "base")
+        if self.adapter_root is None:
+            self.adapter_root = self.var_dir / "tiny-model" / "adapters"
+        if self.archive_nested not in ("reject", "extract"):
+            raise ValueError("archive_nested must be 'reject' or 'extract'")
+        if self.cpu_time_limit_s <= self.cpu_soft_time_limit_s:
+            raise ValueError("cpu_time_limit_s must exceed cpu_soft_time_limit_s")
+        if self.visibility_timeout_s <= max(self.cpu_time_limit_s, self.gpu_batch_deadline_s):
+            raise ValueError("visibility_timeout_s must exceed the longest task")
+        return self
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.database_url.startswith("sqlite") or self.broker_url.startswith("sqla+")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()

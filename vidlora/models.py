@@ -1,0 +1,312 @@
+"""The system of record. Every status lives here; Celery's own state is never consulted.
+
+Unique keys make every write idempotent under re-delivery: one video per content hash, one
+analysis per (video, scenario), one frame set per (video, sampling policy), one result per
+analysis, one batch item per (batch, member name).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+def _status_check(name: str, values: tuple[str, ...], column: str = "status") -> CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=name)
+
+
+Timestamp = DateTime(timezone=True)
+
+
+class Scenario(Base):
+    __tablename__ = "scenario"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    title: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    adapter_path: Mapped[str | None] = mapped_column(String(1024))
+    adapter_version: Mapped[str | None] = mapped_column(String(64))  # content hash of the adapter
+    system_prompt: Mapped[str | None] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text)
+    sampling: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    generation: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    output_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
+
+
+BATCH_STATUSES = ("ingesting", "ingested", "failed")
+
+
+class Batch(Base):
+    """One upload, archive or CLI invocation."""
+
+    __tablename__ = "batch"
+    __table_args__ = (_status_check("status", BATCH_STATUSES),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    source: Mapped[str] = mapped_column(String(16))  # cli | web | api
+    scenario_names: Mapped[list[Any]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16), default="ingesting")
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    uploads: Mapped[list[Upload]] = relationship(back_populates="batch", order_by="Upload.id")
+    items: Mapped[list[BatchItem]] = relationship(back_populates="batch", order_by="BatchItem.id")
+
+
+UPLOAD_STATUSES = ("pending", "done", "failed")
+
+
+class Upload(Base):
+    """A file parked in the media store's upload area, waiting for the ingest task."""
+
+    __tablename__ = "upload"
+    __table_args__ = (_status_check("status", UPLOAD_STATUSES),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(1024))
+    path: Mapped[str] = mapped_column(String(1024))  # relative to media_root
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    batch: Mapped[Batch] = relationship(back_populates="uploads")
+
+
+ITEM_STATUSES = ("stored", "rejected", "skipped")
+
+
+class BatchItem(Base):
+    """What became of one member of a batch: a stored video, or why it was not."""
+
+    __tablename__ = "batch_item"
+    __table_args__ = (
+        UniqueConstraint("batch_id", "name"),
+        _status_check("status", ITEM_STATUSES),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(1024))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    video_id: Mapped[int | None] = mapped_column(ForeignKey("video.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    batch: Mapped[Batch] = relationship(back_populates="items")
+    video: Mapped[Video | None] = relationship()
+
+
+VIDEO_STATUSES = ("registered", "probing", "ready", "rejected", "failed")
+
+
+class Video(Base):
+    __tablename__ = "video"
+    __table_args__ = (_status_check("status", VIDEO_STATUSES),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    path: Mapped[str] = mapped_column(String(1024))  # relative to media_root
+    original_name: Mapped[str] = mapped_column(String(1024))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), default="registered")
+    reason: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    container: Mapped[str | None] = mapped_column(String(64))
+    codec: Mapped[str | None] = mapped_column(String(64))
+    width: Mapped[int | None] = mapped_column(Integer)
+    height: Mapped[int | None] = mapped_column(Integer)
+    rotation: Mapped[int | None] = mapped_column(Integer)
+    fps: Mapped[float | None] = mapped_column(Float)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    frame_count: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
+
+    analyses: Mapped[list[Analysis]] = relationship(back_populates="video", order_by="Analysis.id")
+    frame_sets: Mapped[list[FrameSet]] = relationship(back_populates="video")
+
+
+FRAMESET_STATUSES = ("pending", "done", "failed")
+
+
+class FrameSet(Base):
+    """Frames of one video under one sampling policy, shared by every scenario using it."""
+
+    __tablename__ = "frame_set"
+    __table_args__ = (
+        UniqueConstraint("video_id", "policy_key"),
+        _status_check("status", FRAMESET_STATUSES),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    video_id: Mapped[int] = mapped_column(ForeignKey("video.id", ondelete="CASCADE"), index=True)
+    policy_key: Mapped[str] = mapped_column(String(255))
+    policy: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text)
+    timestamps: Mapped[list[Any]] = mapped_column(default=list)
+    files: Mapped[list[Any]] = mapped_column(default=list)  # relative to media_root
+    width: Mapped[int | None] = mapped_column(Integer)
+    height: Mapped[int | None] = mapped_column(Integer)
+    backend: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    video: Mapped[Video] = relationship(back_populates="frame_sets")
+
+
+# pending: waiting for frames; ready: frames done, waiting for dispatch; queued: in a GPU
+# batch message; running: the engine has it; done/failed/rejected are final.
+ANALYSIS_STATUSES = ("pending", "ready", "queued", "running", "done", "failed", "rejected")
+FINAL_ANALYSIS_STATUSES = ("done", "failed", "rejected")
+
+
+class Analysis(Base):
+    __tablename__ = "analysis"
+    __table_args__ = (
+        UniqueConstraint("video_id", "scenario_id"),
+        _status_check("status", ANALYSIS_STATUSES),
+        Index("ix_analysis_status_scenario", "status", "scenario_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    video_id: Mapped[int] = mapped_column(ForeignKey("video.id", ondelete="CASCADE"), index=True)
+    scenario_id: Mapped[int] = mapped_column(ForeignKey("scenario.id"), index=True)
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batch.id", ondelete="SET NULL"), index=True)
+    frame_set_id: Mapped[int | None] = mapped_column(ForeignKey("frame_set.id"))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(128))
+    engine: Mapped[dict[str, Any] | None] = mapped_column()
+    adapter_version: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    queued_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    started_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    finished_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+    video: Mapped[Video] = relationship(back_populates="analyses")
+    scenario: Mapped[Scenario] = relationship()
+    frame_set: Mapped[FrameSet | None] = relationship()
+    result: Mapped[Result | None] = relationship(back_populates="analysis", uselist=False)
+
+
+REVIEW_STATES = ("unreviewed", "approved", "rejected", "edited")
+
+
+class Result(Base):
+    __tablename__ = "result"
+    __table_args__ = (_status_check("review_state", REVIEW_STATES, "review_state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    analysis_id: Mapped[int] = mapped_column(
+        ForeignKey("analysis.id", ondelete="CASCADE"), unique=True
+    )
+    text: Mapped[str] = mapped_column(Text)  # the model's output, untrusted, never edited
+    parsed: Mapped[dict[str, Any] | None] = mapped_column()
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    latency_s: Mapped[float] = mapped_column(Float)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    health: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    model: Mapped[str] = mapped_column(String(1024))
+    adapter: Mapped[str | None] = mapped_column(String(255))
+    adapter_version: Mapped[str | None] = mapped_column(String(64))
+    review_state: Mapped[str] = mapped_column(String(16), default="unreviewed")
+    edited_text: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    analysis: Mapped[Analysis] = relationship(back_populates="result")
+    reviews: Mapped[list[Review]] = relationship(back_populates="result", order_by="Review.id")
+
+
+REVIEW_ACTIONS = ("approve", "reject", "edit", "note")
+
+
+class Review(Base):
+    """Append-only history of what reviewers did to a result."""
+
+    __tablename__ = "review"
+    __table_args__ = (_status_check("action", REVIEW_ACTIONS, "action"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("app_user.id", ondelete="SET NULL"))
+    action: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str | None] = mapped_column(Text)  # the edited text, for "edit"
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+    result: Mapped[Result] = relationship(back_populates="reviews")
+    user: Mapped[User | None] = relationship()
+
+
+class User(Base):
+    __tablename__ = "app_user"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Worker(Base):
+    """Heartbeat row of one GPU worker: what it runs on and which adapters it holds."""
+
+    __tablename__ = "worker"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    queue: Mapped[str] = mapped_column(String(160))  # its own queue, for adapter affinity
+    device: Mapped[str | None] = mapped_column(String(255))
+    versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    adapters_resident: Mapped[list[Any]] = mapped_column(default=list)
+    adapter_loads: Mapped[int] = mapped_column(Integer, default=0)
+    last_canary: Mapped[dict[str, Any] | None] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16), default="starting")
+    started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

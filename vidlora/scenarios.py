@@ -1,0 +1,144 @@
+"""Scenarios: declared in YAML, validated, synced into the database.
+
+The YAML file is the source of truth; the database copy exists so that every analysis and
+result can name the exact prompt and adapter version it ran with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from vidlora.config import Settings
+from vidlora.media.sampling import SamplingPolicy
+from vidlora.models import Scenario
+
+GENERATION_KEYS = {"max_tokens", "temperature", "top_p", "seed"}
+DEFAULT_GENERATION = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "seed": 0}
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    title: str
+    prompt: str
+    adapter_path: str | None
+    description: str = ""
+    system: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+
+
+def _resolve_adapter(raw: str | None, adapter_root: Path) -> str | None:
+    if not raw:
+        return None
+    path = Path(raw)
+    return str(path if path.is_absolute() else adapter_root / path)
+
+
+def _parse_one(entry: dict[str, Any], adapter_root: Path) -> ScenarioSpec:
+    name = str(entry.get("name", "")).strip()
+    if not name or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
+        raise ScenarioError(f"scenario name {name!r}: use letters, digits, '_' or '-' (max 64)")
+    if not entry.get("prompt"):
+        raise ScenarioError(f"scenario {name}: prompt is required")
+    try:
+        policy = SamplingPolicy.from_dict(entry.get("sampling") or {"mode": "uniform"})
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"scenario {name}: bad sampling policy: {exc}") from exc
+    generation = dict(entry.get("generation") or {})
+    unknown = set(generation) - GENERATION_KEYS
+    if unknown:
+        raise ScenarioError(f"scenario {name}: unknown generation keys {sorted(unknown)}")
+    generation = {**DEFAULT_GENERATION, **generation}
+    if int(generation["max_tokens"]) < 1:
+        raise ScenarioError(f"scenario {name}: max_tokens must be >= 1")
+    schema = entry.get("output_schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise ScenarioError(f"scenario {name}: output_schema must be a mapping")
+    return ScenarioSpec(
+        name=name,
+        title=str(entry.get("title") or name),
+        description=str(entry.get("description") or ""),
+        prompt=str(entry["prompt"]).strip(),
+        system=(str(entry["system"]).strip() if entry.get("system") else None),
+        adapter_path=_resolve_adapter(entry.get("adapter"), adapter_root),
+        sampling=asdict(policy),
+        generation=generation,
+        output_schema=schema,
+    )
+
+
+def load_scenarios(path: Path, adapter_root: Path) -> list[ScenarioSpec]:
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"scenario file {path} is not valid YAML: {exc}") from exc
+    entries = (doc or {}).get("scenarios")
+    if not isinstance(entries, list) or not entries:
+        raise ScenarioError(f"scenario file {path}: expected a non-empty 'scenarios' list")
+    specs = [_parse_one(e, adapter_root) for e in entries]
+    names = [s.name for s in specs]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise ScenarioError(f"scenario file {path}: duplicate names {sorted(dupes)}")
+    return specs
+
+
+def adapter_version(adapter_path: str | None) -> str | None:
+    """Content hash of an adapter directory: results name the exact weights they came from."""
+    if not adapter_path:
+        return None
+    root = Path(adapter_path)
+    if not root.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(root).as_posix().encode())
+        with file.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int]:
+    """Upsert scenarios by name; scenarios no longer declared are deactivated, never deleted
+    (their analyses and results must keep pointing at them)."""
+    existing = {s.name: s for s in session.scalars(select(Scenario))}
+    for spec in specs:
+        row = existing.get(spec.name) or Scenario(name=spec.name)
+        row.title = spec.title
+        row.description = spec.description
+        row.prompt = spec.prompt
+        row.system_prompt = spec.system
+        row.adapter_path = spec.adapter_path
+        row.adapter_version = adapter_version(spec.adapter_path)
+        row.sampling = spec.sampling
+        row.generation = spec.generation
+        row.output_schema = spec.output_schema
+        row.active = True
+        session.add(row)
+    declared = {s.name for s in specs}
+    for name, row in existing.items():
+        if name not in declared:
+            row.active = False
+    session.flush()
+    return {s.name: s.id for s in session.scalars(select(Scenario).where(Scenario.active))}
+
+
+def sync_from_settings(session: Session, settings: Settings) -> dict[str, int]:
+    assert settings.adapter_root is not None
+    return sync_scenarios(session, load_scenarios(settings.scenarios_file, settings.adapter_root))
