@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     gpu_batch_deadline_s: int = 1800
     # Must exceed the longest task, or Redis re-delivers a task that is still running.
     visibility_timeout_s: int = 7200
+    # Work untouched this long is presumed orphaned (its message lost with a broker restart,
+    # its worker dead) and re-sent by the reconciler. Re-sending is safe: tasks are idempotent.
+    stale_after_s: float = 900.0
+    reconcile_every_s: float = 60.0
 
     # -- GPU worker / engine --------------------------------------------------------------
     max_loras: int = 4
@@ -69,6 +73,8 @@ class Settings(BaseSettings):
     enforce_eager: bool = False
     batch_max_requests: int = 16
     batch_max_tokens: int = 65536
+    # A partly filled batch waits at most this long for more analyses of its adapter.
+    dispatch_max_wait_s: float = 5.0
     worker_name: str = ""  # default: hostname-pid
     heartbeat_s: float = 15.0
 

@@ -224,6 +224,7 @@ class Analysis(Base):
     engine: Mapped[dict[str, Any] | None] = mapped_column()
     adapter_version: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    ready_at: Mapped[datetime | None] = mapped_column(Timestamp)
     queued_at: Mapped[datetime | None] = mapped_column(Timestamp)
     started_at: Mapped[datetime | None] = mapped_column(Timestamp)
     finished_at: Mapped[datetime | None] = mapped_column(Timestamp)

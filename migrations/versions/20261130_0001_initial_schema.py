@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-30 01:08:12.540166
+Create Date: 2026-11-30 01:11:56.775751
 """
 from __future__ import annotations
 
@@ -162,6 +162,7 @@ def upgrade() -> None:
     sa.Column('engine', sa.JSON(), nullable=True),
     sa.Column('adapter_version', sa.String(length=64), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('ready_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('queued_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),

@@ -1,0 +1,1 @@
+"""Celery tasks. Each task takes ids, does one step, records the outcome in the database."""

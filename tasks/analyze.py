@@ -1,0 +1,137 @@
+"""Run one batch of analyses (one adapter, usually) on this GPU worker's engine.
+
+Runs only in a GPU worker process (solo pool), where ``workers.runtime`` holds the engine
+built at start-up. One batch is one ``generate`` call; vLLM's continuous batching does the
+rest. Every output passes engine_patch's health guard before it may be stored: a degenerate
+output is never recorded as a result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from sqlalchemy import select
+
+from tasks.base import VidloraTask
+from tasks.celery_app import app
+from vidlora.attempts import begin_attempt
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.models import Analysis, Result, utcnow
+from workers import runtime
+from workers.requests import AnalysisOutput, AnalysisRequest
+
+log = logging.getLogger(__name__)
+
+
+def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list[AnalysisRequest]:
+    settings = get_settings()
+    requests: list[AnalysisRequest] = []
+    with session_scope() as session:
+        rows = session.scalars(select(Analysis).where(Analysis.id.in_(analysis_ids)).order_by(Analysis.id))
+        for analysis in rows:
+            # Anything else was finished by an earlier delivery or re-queued by the reconciler.
+            if analysis.status not in ("queued", "running"):
+                continue
+            if not begin_attempt(analysis, settings.max_attempts, counts=task.is_first_delivery):
+                analysis.finished_at = utcnow()
+                continue
+            analysis.status, analysis.started_at, analysis.worker = "running", utcnow(), worker_name
+            scenario, frame_set = analysis.scenario, analysis.frame_set
+            gen = scenario.generation
+            requests.append(
+                AnalysisRequest(
+                    request_key=str(analysis.id),
+                    prompt=scenario.prompt,
+                    system=scenario.system_prompt,
+                    frames=[str(settings.media_root / f) for f in frame_set.files],
+                    timestamps=list(frame_set.timestamps),
+                    adapter_name=scenario.name if scenario.adapter_path else None,
+                    adapter_path=scenario.adapter_path,
+                    max_tokens=int(gen.get("max_tokens", 256)),
+                    temperature=float(gen.get("temperature", 0.0)),
+                    top_p=float(gen.get("top_p", 1.0)),
+                    seed=gen.get("seed"),
+                )
+            )
+    return requests
+
+
+def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
+    """Structured scenarios ask for JSON; store it parsed when it is, flag it when not."""
+    if schema is None:
+        return None, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, False
+    return (value if isinstance(value, dict) else {"value": value}), True
+
+
+def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
+    with session_scope() as session:
+        analysis = session.get(Analysis, int(output.request_key))
+        if analysis is None or analysis.status != "running":
+            return
+        analysis.finished_at = utcnow()
+        analysis.engine = identity
+        analysis.adapter_version = analysis.scenario.adapter_version
+        if output.error:
+            analysis.status, analysis.reason = "failed", output.error
+            return
+        if session.scalar(select(Result.id).where(Result.analysis_id == analysis.id)) is None:
+            parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)
+            session.add(Result(
+                analysis_id=analysis.id,
+                text=output.text,
+                parsed=parsed,
+                prompt_tokens=output.prompt_tokens,
+                output_tokens=output.output_tokens,
+                latency_s=output.latency_s,
+                finish_reason=output.finish_reason,
+                health={**output.health, "schema_ok": schema_ok},
+                model=identity.get("model", ""),
+                adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
+                adapter_version=analysis.scenario.adapter_version,
+            ))
+        analysis.status, analysis.reason = "done", None
+
+
+def _release(requests: list[AnalysisRequest], reason: str) -> None:
+    """The engine failed as a whole: give the analyses back for another try (the attempt cap
+    still applies) rather than failing them for what may be a transient engine fault."""
+    settings = get_settings()
+    with session_scope() as session:
+        for req in requests:
+            analysis = session.get(Analysis, int(req.request_key))
+            if analysis is None or analysis.status != "running":
+                continue
+            if analysis.attempts >= settings.max_attempts:
+                analysis.status, analysis.reason, analysis.finished_at = "failed", reason, utcnow()
+            else:
+                analysis.status, analysis.reason, analysis.ready_at = "ready", reason, utcnow()
+
+
+@app.task(base=VidloraTask, bind=True, name="tasks.analyze.analyze_batch")
+def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
+    host = runtime.get_host()
+    settings = get_settings()
+    requests = _claim(self, analysis_ids, runtime.worker_name())
+    if not requests:
+        return 0
+    try:
+        outputs = host.generate(requests, deadline_s=settings.gpu_batch_deadline_s)
+    except Exception as exc:  # the engine itself failed; the guard could not recover it
+        log.exception("batch %s failed in the engine", analysis_ids)
+        _release(requests, f"engine error: {type(exc).__name__}: {exc}"[:2000])
+        from tasks.dispatch import dispatch_ready
+
+        dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
+        return 0
+    identity = host.identity()
+    for output in outputs:
+        _store(output, identity, runtime.worker_name())
+    runtime.after_batch()
+    return sum(1 for o in outputs if not o.error)
+

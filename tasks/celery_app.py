@@ -1,0 +1,60 @@
+"""The Celery application: queues, delivery guarantees, time limits.
+
+Two queues with different process models:
+- ``cpu``: ingest, prepare, dispatch, reconcile. Prefork children with hard time limits, so
+  a decoder hung in native code is killed and the task redelivered.
+- ``gpu``: analysis batches. Solo pool, one process per GPU holding one vLLM engine; each
+  GPU worker also consumes its own ``gpu.<worker>`` queue so the dispatcher can send a batch
+  to a worker that already holds the adapter.
+
+Delivery is at-least-once (acks late, requeue on worker loss); the database makes it
+effectively-once (unique keys, idempotent writes, an attempt cap kept in PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from vidlora.config import Settings, get_settings
+
+CPU_QUEUE = "cpu"
+GPU_QUEUE = "gpu"
+
+
+def worker_queue(worker_name: str) -> str:
+    return f"{GPU_QUEUE}.{worker_name}"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("vidlora", broker=settings.broker_url, include=[
+        "tasks.ingest", "tasks.prepare", "tasks.dispatch", "tasks.analyze", "tasks.reconcile",
+    ])
+    app.conf.update(
+        task_ignore_result=True,  # the database is the record, not a result backend
+        task_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=CPU_QUEUE,
+        task_queues=[Queue(CPU_QUEUE), Queue(GPU_QUEUE)],
+        task_routes={"tasks.analyze.*": {"queue": GPU_QUEUE}, "tasks.*": {"queue": CPU_QUEUE}},
+        task_soft_time_limit=settings.cpu_soft_time_limit_s,
+        task_time_limit=settings.cpu_time_limit_s,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        enable_utc=True,
+        beat_schedule={
+            "reconcile": {"task": "tasks.reconcile.reconcile", "schedule": settings.reconcile_every_s},
+        },
+    )
+    return app
+
+
+app = make_celery(get_settings())

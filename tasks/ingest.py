@@ -1,0 +1,128 @@
+"""Ingest one parked upload: a single video, or an archive unpacked member by member.
+
+Each member is recorded in its own transaction, so a worker killed mid-archive loses
+nothing: the redelivered task walks the archive again, members already recorded are
+skipped by their unique (batch, name) key and the store deduplicates content by hash.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from tasks.base import VidloraTask
+from tasks.celery_app import app
+from vidlora.attempts import begin_attempt
+from vidlora.batches import record_member
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.ingest.archive import MemberOutcome, ingest_archive, is_archive
+from vidlora.ingest.store import MediaStore, StoreError
+from vidlora.models import Batch, BatchItem, Upload, Video
+
+log = logging.getLogger(__name__)
+
+
+def _record(batch_id: int, outcome: MemberOutcome, media_root: Path) -> tuple[int | None, bool]:
+    for attempt in range(2):
+        try:
+            with session_scope() as session:
+                return record_member(
+                    session, batch_id, outcome.name, outcome.status, outcome.reason,
+                    outcome.stored, media_root,
+                )
+        except IntegrityError:
+            # Another worker registered the same content at the same moment; the second
+            # pass finds its row.
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _outcomes(upload: Upload, path: Path, store: MediaStore):
+    settings = get_settings()
+    if is_archive(path):
+        yield from ingest_archive(path, store, settings)
+        return
+    if path.suffix.lower() not in settings.video_extensions:
+        yield MemberOutcome(upload.name, "rejected", f"not a video file type ({path.suffix or 'no extension'})", None)
+        return
+    try:
+        stored = store.put_file(path, settings.max_video_bytes)
+    except StoreError as exc:
+        yield MemberOutcome(upload.name, "rejected", str(exc), None)
+        return
+    yield MemberOutcome(upload.name, "stored", None, stored)
+
+
+@app.task(base=VidloraTask, bind=True, name="tasks.ingest.ingest_upload")
+def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
+    settings = get_settings()
+    assert settings.media_root is not None
+    store = MediaStore(settings.media_root)
+    with session_scope() as session:
+        upload = session.get(Upload, upload_id)
+        if upload is None or upload.status != "pending":
+            return {"skipped": 1}
+        if not begin_attempt(upload, settings.max_attempts, counts=self.is_first_delivery):
+            _finish_batch_if_done(session, upload.batch_id)
+            return {"failed": 1}
+        batch_id, name, rel = upload.batch_id, upload.name, upload.path
+    path = settings.media_root / rel
+    to_prepare: list[int] = []
+    counts = {"stored": 0, "rejected": 0, "skipped": 0}
+    try:
+        for outcome in _outcomes(upload, path, store):
+            video_id, needs_prepare = _record(batch_id, outcome, settings.media_root)
+            counts[outcome.status] += 1
+            if needs_prepare and video_id is not None:
+                to_prepare.append(video_id)
+    except StoreError as exc:
+        # The media store itself failed (full, unwritable): the batch says so; what was
+        # recorded so far stays; the parked upload is kept so it can be retried.
+        log.error("ingest of upload %s stopped: %s", upload_id, exc)
+        with session_scope() as session:
+            upload = session.get(Upload, upload_id)
+            upload.status, upload.reason = "failed", f"media store error: {exc}"
+            _finish_batch_if_done(session, batch_id)
+        _send_prepare(to_prepare)
+        return counts
+    # Videos recorded by an earlier, killed delivery may never have had their prepare sent.
+    with session_scope() as session:
+        earlier = session.scalars(
+            select(Video.id).join(BatchItem, BatchItem.video_id == Video.id)
+            .where(BatchItem.batch_id == batch_id, Video.status == "registered")
+        )
+        to_prepare = list(dict.fromkeys([*to_prepare, *earlier]))
+        upload = session.get(Upload, upload_id)
+        upload.status = "done"
+        _finish_batch_if_done(session, batch_id)
+    _send_prepare(to_prepare)
+    shutil.rmtree(path.parent, ignore_errors=True)
+    log.info("ingested upload %s (%s): %s", upload_id, name, counts)
+    return counts
+
+
+def _send_prepare(video_ids: list[int]) -> None:
+    from tasks.prepare import prepare_video
+
+    for video_id in video_ids:
+        prepare_video.delay(video_id)
+
+
+def _finish_batch_if_done(session, batch_id: int) -> None:
+    batch = session.get(Batch, batch_id)
+    statuses = {u.status for u in batch.uploads}
+    if "pending" in statuses:
+        return
+    failed = [u for u in batch.uploads if u.status == "failed"]
+    if failed and len(failed) == len(batch.uploads):
+        batch.status, batch.reason = "failed", "; ".join(f"{u.name}: {u.reason}" for u in failed)
+    else:
+        batch.status = "ingested"
+        if failed:
+            batch.reason = "; ".join(f"{u.name}: {u.reason}" for u in failed)

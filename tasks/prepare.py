@@ -1,0 +1,159 @@
+"""Prepare one video: probe it, sample frames once per distinct sampling policy, and mark
+its analyses ready for the GPU.
+
+Decoding happens in a killable subprocess (vidlora.media) and this task runs under a hard
+time limit in a prefork child, so a file that hangs a decoder costs one attempt, not a worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from pathlib import Path
+
+from sqlalchemy import select
+
+from tasks.base import VidloraTask
+from tasks.celery_app import app
+from vidlora.attempts import begin_attempt
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.ingest.store import MediaStore
+from vidlora.media.probe import BadVideo, ProbeInfo, probe
+from vidlora.media.sampling import SamplingPolicy
+from vidlora.media.frames import sample_video
+from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, FrameSet, Scenario, Video, utcnow
+
+log = logging.getLogger(__name__)
+
+PROBE_FIELDS = ("container", "codec", "width", "height", "rotation", "fps", "duration_s", "frame_count")
+
+
+def _close_analyses(session, video_id: int, status: str, reason: str, scenario_ids=None) -> None:
+    query = select(Analysis).where(
+        Analysis.video_id == video_id, Analysis.status.not_in(FINAL_ANALYSIS_STATUSES)
+    )
+    if scenario_ids is not None:
+        query = query.where(Analysis.scenario_id.in_(scenario_ids))
+    for analysis in session.scalars(query):
+        analysis.status, analysis.reason = status, reason
+
+
+def _probe_step(task: VidloraTask, video_id: int) -> tuple[ProbeInfo | None, str | None]:
+    """Returns (probe info, video path) or (None, None) when the video is finished with."""
+    settings = get_settings()
+    with session_scope() as session:
+        video = session.get(Video, video_id)
+        if video is None or video.status in ("rejected", "failed"):
+            return None, None
+        if not begin_attempt(video, settings.max_attempts, counts=task.is_first_delivery):
+            _close_analyses(session, video_id, "failed", video.reason or "failed")
+            return None, None
+        if video.status == "ready":
+            info = ProbeInfo(**{f: getattr(video, f) for f in PROBE_FIELDS}, bit_rate=None)
+            return info, video.path
+        video.status = "probing"
+        rel = video.path
+    path = settings.media_root / rel
+    try:
+        info = probe(path, settings)
+    except BadVideo as exc:
+        with session_scope() as session:
+            video = session.get(Video, video_id)
+            video.status, video.reason = "rejected", exc.reason
+            _close_analyses(session, video_id, "rejected", exc.reason)
+        log.info("video %s rejected: %s", video_id, exc.reason)
+        return None, None
+    with session_scope() as session:
+        video = session.get(Video, video_id)
+        for field in PROBE_FIELDS:
+            setattr(video, field, getattr(info, field))
+        video.status, video.reason = "ready", None
+    return info, rel
+
+
+def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
+    """Sample every policy still needed; return the scenario ids whose analyses became ready."""
+    settings = get_settings()
+    store = MediaStore(settings.media_root)
+    with session_scope() as session:
+        rows = session.execute(
+            select(Analysis.id, Scenario.id, Scenario.sampling)
+            .join(Scenario, Scenario.id == Analysis.scenario_id)
+            .where(Analysis.video_id == video_id, Analysis.status == "pending")
+        ).all()
+    by_policy: dict[str, tuple[SamplingPolicy, list[int]]] = {}
+    for _analysis_id, scenario_id, sampling in rows:
+        policy = SamplingPolicy.from_dict(sampling)
+        by_policy.setdefault(policy.key(), (policy, []))[1].append(scenario_id)
+    ready: list[int] = []
+    for key, (policy, scenario_ids) in by_policy.items():
+        with session_scope() as session:
+            frame_set = session.scalar(
+                select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.policy_key == key)
+            )
+            if frame_set is None:
+                frame_set = FrameSet(video_id=video_id, policy_key=key, policy=policy.__dict__.copy())
+                session.add(frame_set)
+                session.flush()
+            frame_set_id, done = frame_set.id, frame_set.status == "done"
+        if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel):
+            continue
+        with session_scope() as session:
+            for analysis in session.scalars(
+                select(Analysis).where(
+                    Analysis.video_id == video_id,
+                    Analysis.scenario_id.in_(scenario_ids),
+                    Analysis.status == "pending",
+                )
+            ):
+                analysis.status, analysis.frame_set_id = "ready", frame_set_id
+                analysis.ready_at = utcnow()
+        ready.extend(scenario_ids)
+    return ready
+
+
+def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> bool:
+    key_hash = hashlib.sha256(key.encode()).hexdigest()[:16]
+    final_dir = store.frames_dir(video_id, key_hash)
+    work_dir = final_dir.with_name(final_dir.name + ".partial")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    try:
+        sampled = sample_video(settings.media_root / rel, policy, work_dir, info=info, settings=settings)
+    except BadVideo as exc:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        with session_scope() as session:
+            frame_set = session.get(FrameSet, frame_set_id)
+            frame_set.status, frame_set.reason = "failed", exc.reason
+            scenario_ids = [
+                s.id for s in session.scalars(select(Scenario)) if SamplingPolicy.from_dict(s.sampling).key() == key
+            ]
+            _close_analyses(session, video_id, "rejected", f"frame sampling failed: {exc.reason}", scenario_ids)
+        return False
+    # Frames become visible under their final name only once all are written.
+    shutil.rmtree(final_dir, ignore_errors=True)
+    work_dir.rename(final_dir)
+    # Frame files are flat in their directory; keep them relative to the media root.
+    files = [(final_dir / Path(f).name).relative_to(settings.media_root).as_posix() for f in sampled.files]
+    with session_scope() as session:
+        frame_set = session.get(FrameSet, frame_set_id)
+        frame_set.timestamps = list(sampled.timestamps)
+        frame_set.files = files
+        frame_set.width, frame_set.height = sampled.width, sampled.height
+        frame_set.backend = sampled.backend
+        frame_set.status, frame_set.reason = "done", None
+    return True
+
+
+@app.task(base=VidloraTask, bind=True, name="tasks.prepare.prepare_video")
+def prepare_video(self: VidloraTask, video_id: int) -> int:
+    info, rel = _probe_step(self, video_id)
+    if info is None:
+        return 0
+    ready = _frames_step(video_id, info, rel)
+    if ready:
+        from tasks.dispatch import dispatch_ready
+
+        dispatch_ready.delay()
+    return len(ready)

@@ -1,0 +1,172 @@
+"""Shared fixtures: a fresh PostgreSQL database and Redis db per test session, real workers.
+
+The environment is set before any vidlora module reads settings (the Celery app reads them
+at import), so every process started here, and the test process itself, agree on where the
+database, broker and media store are.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("VIDLORA_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_DB = int(os.environ.get("VIDLORA_TEST_REDIS_DB", "11"))
+
+_RUN_DIR = Path(tempfile.mkdtemp(prefix="vidlora-test-"))
+_DB_NAME = f"vidlora_test_{uuid.uuid4().hex[:8]}"
+
+
+def pytest_configure(config):
+    os.environ.update({
+        "VIDLORA_VAR_DIR": str(_RUN_DIR / "var"),
+        "VIDLORA_MEDIA_ROOT": str(_RUN_DIR / "media"),
+        "VIDLORA_DATABASE_URL": PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + _DB_NAME,
+        "VIDLORA_BROKER_URL": f"{REDIS_URL}/{REDIS_DB}",
+        "VIDLORA_SCENARIOS_FILE": str(ROOT / "scenarios.yaml"),
+        "VIDLORA_DISPATCH_MAX_WAIT_S": "1.0",
+        "VIDLORA_HEARTBEAT_S": "2.0",
+    })
+    # The tiny model is shared by every engine test and built once per checkout.
+    os.environ.setdefault("VIDLORA_TINY_MODEL_DIR", str(ROOT / "var" / "tiny-model"))
+    os.environ.setdefault("VIDLORA_MODEL", os.environ["VIDLORA_TINY_MODEL_DIR"] + "/base")
+    os.environ.setdefault("VIDLORA_ADAPTER_ROOT", os.environ["VIDLORA_TINY_MODEL_DIR"] + "/adapters")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+@pytest.fixture(scope="session")
+def database() -> Iterator[str]:
+    """A new, migrated PostgreSQL database for this test session, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{_DB_NAME}"'))
+    from vidlora.cli import _sync_scenarios, upgrade_database
+    from vidlora.config import reset_settings
+
+    reset_settings()
+    upgrade_database()
+    _sync_scenarios()
+    yield os.environ["VIDLORA_DATABASE_URL"]
+    from vidlora.db import reset_engine
+
+    reset_engine()
+    with admin.connect() as conn:
+        conn.execute(text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d AND pid <> pg_backend_pid()"
+        ), {"d": _DB_NAME})
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{_DB_NAME}"'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def broker() -> str:
+    import redis
+
+    client = redis.Redis.from_url(f"{REDIS_URL}/{REDIS_DB}")
+    client.flushdb()
+    return os.environ["VIDLORA_BROKER_URL"]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class WorkerProcess:
+    """A real `vidlora worker ...` subprocess with its log captured to a file."""
+
+    def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=()):
+        self.kind, self.log_path = kind, log_path
+        env = {**os.environ, **(extra_env or {})}
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vidlora.cli", "worker", kind, *args],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        wait_for(lambda: " ready." in self.log() or self.proc.poll() is not None, timeout, what=f"{self.kind} worker")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.kind} worker exited:\n{self.log()[-4000:]}")
+
+    def child_pids(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    path = ROOT / "test-artifacts"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def start_worker(database, broker, artifacts_dir) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(kind: str, *args: str, extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(kind, artifacts_dir / f"worker-{kind}-{len(started)}.log", extra_env, args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def cpu_worker(start_worker) -> WorkerProcess:
+    worker = start_worker("cpu", "--concurrency", "2")
+    worker.wait_ready()
+    return worker
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    path = ROOT / "var" / "test-corpus"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture()
+def db_session(database):
+    from vidlora.db import session_scope
+
+    with session_scope() as session:
+        yield session

@@ -1,0 +1,143 @@
+"""Batches: create one, park its files, and record what became of every member.
+
+The CLI, the web upload and the JSON API all come through here: one way to start work.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import BinaryIO
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from vidlora.config import Settings
+from vidlora.ingest.store import StoredFile
+from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
+
+
+class BatchError(ValueError):
+    """The request to start a batch is wrong (unknown scenario, nothing to ingest)."""
+
+
+def resolve_scenarios(session: Session, names: list[str]) -> list[Scenario]:
+    if not names:
+        raise BatchError("choose at least one scenario")
+    rows = {s.name: s for s in session.scalars(select(Scenario).where(Scenario.name.in_(names)))}
+    unknown = [n for n in names if n not in rows]
+    if unknown:
+        known = ", ".join(session.scalars(select(Scenario.name).where(Scenario.active)))
+        raise BatchError(f"unknown scenario(s): {', '.join(unknown)} (known: {known})")
+    inactive = [n for n in names if not rows[n].active]
+    if inactive:
+        raise BatchError(f"scenario(s) no longer declared: {', '.join(inactive)}")
+    return [rows[n] for n in dict.fromkeys(names)]
+
+
+def create_batch(
+    session: Session, name: str, source: str, scenario_names: list[str], created_by: str | None = None
+) -> Batch:
+    scenarios = resolve_scenarios(session, scenario_names)
+    batch = Batch(
+        name=name[:255], source=source, scenario_names=[s.name for s in scenarios], created_by=created_by
+    )
+    session.add(batch)
+    session.flush()
+    return batch
+
+
+def _park_path(settings: Settings, name: str) -> tuple[Path, str]:
+    assert settings.media_root is not None
+    safe_name = Path(name).name or "upload"
+    rel = Path("uploads") / uuid.uuid4().hex / safe_name
+    dest = settings.media_root / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return dest, rel.as_posix()
+
+
+def park_stream(
+    session: Session, settings: Settings, batch: Batch, name: str, stream: BinaryIO, max_bytes: int
+) -> Upload:
+    """Write an incoming upload to the upload area, streaming, and register it."""
+    dest, rel = _park_path(settings, name)
+    size = 0
+    try:
+        with dest.open("wb") as out:
+            while chunk := stream.read(1 << 20):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BatchError(f"{name}: larger than the limit of {max_bytes} bytes")
+                out.write(chunk)
+    except BaseException:
+        shutil.rmtree(dest.parent, ignore_errors=True)
+        raise
+    upload = Upload(batch_id=batch.id, name=name, path=rel, size_bytes=size)
+    session.add(upload)
+    session.flush()
+    return upload
+
+
+def park_file(session: Session, settings: Settings, batch: Batch, path: Path, name: str) -> Upload:
+    with path.open("rb") as fh:
+        return park_stream(session, settings, batch, name, fh, settings.archive_max_total_bytes)
+
+
+def record_member(
+    session: Session,
+    batch_id: int,
+    name: str,
+    status: str,
+    reason: str | None,
+    stored: StoredFile | None,
+    media_root: Path,
+) -> tuple[int | None, bool]:
+    """Record one member's outcome; for a stored video, register it and its analyses.
+
+    Idempotent: a redelivered ingest task records each member once, and a video already
+    known by its content hash is reused, not duplicated. Returns (video_id, needs_prepare).
+    """
+    item = session.scalar(select(BatchItem).where(BatchItem.batch_id == batch_id, BatchItem.name == name))
+    video: Video | None = None
+    if stored is not None:
+        video = session.scalar(select(Video).where(Video.sha256 == stored.sha256))
+        if video is None:
+            video = Video(
+                sha256=stored.sha256,
+                path=stored.path.relative_to(media_root).as_posix(),
+                original_name=Path(name).name[:1024],
+                size_bytes=stored.size,
+            )
+            session.add(video)
+            session.flush()
+    if item is None:
+        item = BatchItem(batch_id=batch_id, name=name[:1024], status=status, reason=reason)
+        item.video_id = video.id if video else None
+        session.add(item)
+        session.flush()
+    if video is None:
+        return None, False
+    batch = session.get(Batch, batch_id)
+    assert batch is not None
+    created = ensure_analyses(session, video, batch)
+    needs_prepare = video.status in ("registered", "probing") or created > 0
+    return video.id, needs_prepare
+
+
+def ensure_analyses(session: Session, video: Video, batch: Batch) -> int:
+    """One analysis per (video, scenario); an existing one (re-upload) is left as it is,
+    except that a video already rejected rejects the new scenario's analysis too."""
+    scenarios = resolve_scenarios(session, list(batch.scenario_names))
+    existing = set(session.scalars(select(Analysis.scenario_id).where(Analysis.video_id == video.id)))
+    created = 0
+    for scenario in scenarios:
+        if scenario.id in existing:
+            continue
+        analysis = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id)
+        if video.status in ("rejected", "failed"):
+            analysis.status, analysis.reason = "rejected", video.reason
+        session.add(analysis)
+        created += 1
+    session.flush()
+    return created

@@ -1,0 +1,195 @@
+"""The `vidlora` command line: enqueue, status, workers, database, scenarios."""
+
+from __future__ import annotations
+
+import json
+import os
+import logging
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from vidlora.config import get_settings
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def main(verbose: bool) -> None:
+    """vidlora: batch video analysis with many LoRA scenarios on one shared model."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# -- database ----------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+def upgrade_database() -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from vidlora.config import PROJECT_ROOT
+
+    command.upgrade(Config(str(PROJECT_ROOT / "alembic.ini")), "head")
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every migration (alembic upgrade head) and sync scenarios."""
+    upgrade_database()
+    _sync_scenarios()
+    click.echo("database at head; scenarios synced")
+
+
+# -- scenarios ---------------------------------------------------------------------------
+
+
+def _sync_scenarios() -> dict[str, int]:
+    from vidlora.db import session_scope
+    from vidlora.scenarios import sync_from_settings
+
+    with session_scope() as session:
+        return sync_from_settings(session, get_settings())
+
+
+@main.command("scenarios")
+def scenarios_cmd() -> None:
+    """Sync scenarios from the scenario file and list them."""
+    from vidlora.scenarios import ScenarioError
+
+    try:
+        names = _sync_scenarios()
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for name in names:
+        click.echo(name)
+
+
+# -- enqueue / status --------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--scenario", "-s", "scenarios", multiple=True, required=True, help="Scenario name (repeatable).")
+@click.option("--name", default=None, help="Batch name (default: the first path).")
+@click.option("--wait", is_flag=True, help="Wait until the batch is finished, then print its status.")
+@click.option("--timeout", default=0.0, help="With --wait: give up after this many seconds (0: never).")
+def enqueue(paths: tuple[Path, ...], scenarios: tuple[str, ...], name: str | None, wait: bool, timeout: float) -> None:
+    """Register videos, folders and archives (.zip, .tar, .tar.gz) for analysis."""
+    from vidlora.batches import BatchError
+    from vidlora.submit import submit_paths
+
+    _sync_scenarios()
+    try:
+        batch_id, parked = submit_paths(list(paths), list(scenarios), name or paths[0].name, source="cli")
+    except BatchError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"batch {batch_id}: {parked} file(s) queued for ingest")
+    if wait:
+        sys.exit(_wait_and_show(batch_id, timeout))
+
+
+def _wait_and_show(batch_id: int, timeout: float) -> int:
+    from vidlora.db import session_scope
+    from vidlora.status import batch_view
+
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        with session_scope() as session:
+            view = batch_view(session, batch_id)
+        if view.finished or (deadline and time.monotonic() > deadline):
+            break
+        time.sleep(1.0)
+    _print_batch(view)
+    return 0 if view.finished else 3
+
+
+@main.command()
+@click.argument("batch_id", type=int, required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(batch_id: int | None, as_json: bool) -> None:
+    """Per-video and per-analysis progress of a batch (default: the latest)."""
+    from sqlalchemy import func, select
+
+    from vidlora.db import session_scope
+    from vidlora.models import Batch
+    from vidlora.status import batch_view
+
+    with session_scope() as session:
+        if batch_id is None:
+            batch_id = session.scalar(select(func.max(Batch.id)))
+            if batch_id is None:
+                raise click.ClickException("no batches yet")
+        view = batch_view(session, batch_id)
+    if view is None:
+        raise click.ClickException(f"no batch {batch_id}")
+    if as_json:
+        click.echo(json.dumps(view.as_dict(), indent=2, default=str))
+    else:
+        _print_batch(view)
+
+
+def _print_batch(view) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(view.analysis_counts.items())) or "none yet"
+    click.echo(f"batch {view.id} '{view.name}' [{view.status}] scenarios: {', '.join(view.scenarios)}")
+    click.echo(f"  analyses: {counts}{'  (finished)' if view.finished else ''}")
+    if view.reason:
+        click.echo(f"  note: {view.reason}")
+    for video in view.videos:
+        shape = f"{video.width}x{video.height} {video.duration_s or 0:.1f}s {video.codec}" if video.width else ""
+        click.echo(f"  video {video.id} {video.name} [{video.status}] {shape}")
+        if video.reason:
+            click.echo(f"      reason: {video.reason}")
+        for analysis in video.analyses:
+            line = f"      {analysis.scenario:<28} {analysis.status}"
+            if analysis.reason and analysis.status != "done":
+                line += f"  ({analysis.reason})"
+            click.echo(line)
+    for name, reason in view.rejected:
+        click.echo(f"  rejected {name}: {reason}")
+    for name, reason in view.skipped:
+        click.echo(f"  skipped  {name}: {reason}")
+
+
+# -- workers -----------------------------------------------------------------------------
+
+
+@main.group()
+def worker() -> None:
+    """Run a Celery worker."""
+
+
+@worker.command("cpu")
+@click.option("--concurrency", "-c", default=2, help="Prefork children.")
+@click.option("--beat/--no-beat", default=False, help="Also run the periodic reconciler (one worker only).")
+@click.option("--loglevel", default="INFO")
+def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
+    """Ingest and frame sampling (prefork, hard time limits)."""
+    from tasks.celery_app import CPU_QUEUE, app
+
+    argv = [
+        "worker", "--pool=prefork", f"--concurrency={concurrency}", "-Q", CPU_QUEUE,
+        "--prefetch-multiplier=1", f"--loglevel={loglevel}", "-n", f"cpu-{os.getpid()}@%h",
+        "--without-gossip", "--without-mingle",
+    ]
+    if beat:
+        settings = get_settings()
+        argv += ["--beat", "--schedule", str(settings.var_dir / "celerybeat-schedule")]
+    app.worker_main(argv)
+
+
+@worker.command("gpu")
+@click.option("--loglevel", default="INFO")
+def worker_gpu(loglevel: str) -> None:
+    """One engine per process serving every adapter (solo pool; run one per GPU)."""
+    from workers.gpu_worker import run
+
+    run(loglevel)

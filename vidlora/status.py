@@ -1,0 +1,112 @@
+"""Progress of a batch, read from the database (the CLI and the web UI show the same view)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
+
+
+@dataclass
+class AnalysisView:
+    id: int
+    scenario: str
+    status: str
+    reason: str | None
+    attempts: int
+
+
+@dataclass
+class VideoView:
+    id: int
+    name: str
+    status: str
+    reason: str | None
+    duration_s: float | None
+    width: int | None
+    height: int | None
+    codec: str | None
+    analyses: list[AnalysisView] = field(default_factory=list)
+
+
+@dataclass
+class BatchView:
+    id: int
+    name: str
+    status: str
+    reason: str | None
+    scenarios: list[str]
+    videos: list[VideoView]
+    rejected: list[tuple[str, str]]  # (member name, reason)
+    skipped: list[tuple[str, str]]
+    uploads_pending: int
+
+    @property
+    def analysis_counts(self) -> Counter:
+        return Counter(a.status for v in self.videos for a in v.analyses)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to happen: every upload ingested, every analysis in a final state."""
+        final = {"done", "failed", "rejected"}
+        return (
+            self.status != "ingesting"
+            and self.uploads_pending == 0
+            and all(a.status in final for v in self.videos for a in v.analyses)
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id, "name": self.name, "status": self.status, "reason": self.reason,
+            "scenarios": self.scenarios, "finished": self.finished,
+            "counts": dict(self.analysis_counts),
+            "videos": [
+                {**{k: v for k, v in vv.__dict__.items() if k != "analyses"},
+                 "analyses": [a.__dict__ for a in vv.analyses]}
+                for vv in self.videos
+            ],
+            "rejected": [{"name": n, "reason": r} for n, r in self.rejected],
+            "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+        }
+
+
+def batch_view(session: Session, batch_id: int) -> BatchView | None:
+    batch = session.get(Batch, batch_id)
+    if batch is None:
+        return None
+    items = session.scalars(select(BatchItem).where(BatchItem.batch_id == batch_id).order_by(BatchItem.id)).all()
+    video_ids = [i.video_id for i in items if i.video_id is not None]
+    videos = {v.id: v for v in session.scalars(select(Video).where(Video.id.in_(video_ids)))}
+    analyses = session.execute(
+        select(Analysis, Scenario.name)
+        .join(Scenario, Scenario.id == Analysis.scenario_id)
+        .where(Analysis.video_id.in_(video_ids), Scenario.name.in_(batch.scenario_names))
+        .order_by(Analysis.video_id, Scenario.name)
+    ).all()
+    per_video: dict[int, list[AnalysisView]] = {}
+    for analysis, scenario in analyses:
+        per_video.setdefault(analysis.video_id, []).append(
+            AnalysisView(analysis.id, scenario, analysis.status, analysis.reason, analysis.attempts)
+        )
+    views: list[VideoView] = []
+    seen: set[int] = set()
+    for item in items:
+        if item.video_id is None or item.video_id in seen:
+            continue
+        seen.add(item.video_id)
+        video = videos[item.video_id]
+        views.append(VideoView(
+            video.id, item.name, video.status, video.reason, video.duration_s, video.width,
+            video.height, video.codec, per_video.get(video.id, []),
+        ))
+    return BatchView(
+        id=batch.id, name=batch.name, status=batch.status, reason=batch.reason,
+        scenarios=list(batch.scenario_names), videos=views,
+        rejected=[(i.name, i.reason or "") for i in items if i.status == "rejected"],
+        skipped=[(i.name, i.reason or "") for i in items if i.status == "skipped"],
+        uploads_pending=sum(1 for u in batch.uploads if u.status == "pending"),
+    )

@@ -1,0 +1,59 @@
+"""Start a batch from local paths (CLI) or from uploaded streams (web, API).
+
+The batch and its parked uploads are committed before any task is sent, so a worker never
+receives an id the database does not know yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+from vidlora.batches import BatchError, create_batch, park_file, park_stream, record_member
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.ingest.sources import expand_paths
+
+
+def _send_ingest(upload_ids: list[int]) -> None:
+    from tasks.ingest import ingest_upload
+
+    for upload_id in upload_ids:
+        ingest_upload.delay(upload_id)
+
+
+def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str = "cli",
+                 created_by: str | None = None) -> tuple[int, int]:
+    """Returns (batch id, number of files parked for ingest)."""
+    settings = get_settings()
+    upload_ids: list[int] = []
+    with session_scope() as session:
+        batch = create_batch(session, name, source, scenarios, created_by)
+        for item in expand_paths(paths, settings):
+            if item.kind == "other":
+                record_member(session, batch.id, item.name, "skipped", item.reason or "not a video or archive", None,
+                              settings.media_root)
+                continue
+            upload_ids.append(park_file(session, settings, batch, item.path, item.name).id)
+        if not upload_ids:
+            raise BatchError("no video or archive found in the given paths")
+        batch_id = batch.id
+    _send_ingest(upload_ids)
+    return batch_id, len(upload_ids)
+
+
+def submit_streams(files: list[tuple[str, BinaryIO]], scenarios: list[str], name: str, source: str = "web",
+                   created_by: str | None = None) -> int:
+    """Park uploaded files (already size-checked by the web layer) and start their ingest."""
+    settings = get_settings()
+    if not files:
+        raise BatchError("no files uploaded")
+    with session_scope() as session:
+        batch = create_batch(session, name, source, scenarios, created_by)
+        upload_ids = [
+            park_stream(session, settings, batch, filename, stream, settings.max_upload_bytes).id
+            for filename, stream in files
+        ]
+        batch_id = batch.id
+    _send_ingest(upload_ids)
+    return batch_id

@@ -1,0 +1,55 @@
+"""Start a GPU worker: sync scenarios, build the engine, register, then consume.
+
+The engine is built before Celery starts consuming (not in a worker_process_init hook,
+which Celery kills after a few seconds), and the worker runs the solo pool so tasks execute
+in this process, next to the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tasks.celery_app import GPU_QUEUE, app, worker_queue
+from vidlora.config import get_settings
+from workers import registry, runtime
+
+log = logging.getLogger(__name__)
+
+
+def run(loglevel: str = "INFO") -> None:
+    from vidlora.db import session_scope
+    from vidlora.scenarios import sync_from_settings
+    from workers.engine_host import EngineHost
+
+    settings = get_settings()
+    name = settings.worker_name or runtime.default_worker_name()
+    queue = worker_queue(name)
+    with session_scope() as session:
+        sync_from_settings(session, settings)
+    registry.upsert(name, queue, status="starting")
+    host = EngineHost(settings)
+    host.start()
+    runtime.install(host, name)
+
+    def snapshot() -> dict:
+        identity = host.identity()
+        return {
+            "status": "ready",
+            "device": identity.get("device"),
+            "versions": identity.get("versions", {}),
+            "adapters_resident": host.resident_adapters(),
+            "adapter_loads": host.adapter_loads,
+            "last_canary": host.last_canary(),
+        }
+
+    heartbeat = registry.Heartbeat(name, queue, snapshot, settings.heartbeat_s)
+    heartbeat.start()
+    runtime.on_batch(heartbeat.beat)
+    try:
+        app.worker_main([
+            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
+            "-Q", f"{GPU_QUEUE},{queue}", "-n", f"gpu-{name}@%h", f"--loglevel={loglevel}",
+            "--without-gossip", "--without-mingle",
+        ])
+    finally:
+        heartbeat.stop()
