@@ -26,6 +26,14 @@ def worker_queue(worker_name: str) -> str:
     return f"{GPU_QUEUE}.{worker_name}"
 
 
+def _transport_options(settings: Settings) -> dict:
+    # Redis re-delivers an unacknowledged message after the visibility timeout; the embedded
+    # SQLAlchemy transport passes its options to create_engine, so it gets none.
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        return {"visibility_timeout": settings.visibility_timeout_s}
+    return {}
+
+
 def make_celery(settings: Settings) -> Celery:
     app = Celery("vidlora", broker=settings.broker_url, include=[
         "tasks.ingest", "tasks.prepare", "tasks.dispatch", "tasks.analyze", "tasks.reconcile",
@@ -42,7 +50,7 @@ def make_celery(settings: Settings) -> Celery:
         task_routes={"tasks.analyze.*": {"queue": GPU_QUEUE}, "tasks.*": {"queue": CPU_QUEUE}},
         task_soft_time_limit=settings.cpu_soft_time_limit_s,
         task_time_limit=settings.cpu_time_limit_s,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=_transport_options(settings),
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         worker_cancel_long_running_tasks_on_connection_loss=True,

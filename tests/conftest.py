@@ -166,7 +166,18 @@ def corpus_dir() -> Path:
 
 @pytest.fixture()
 def db_session(database):
-    from vidlora.db import session_scope
+    """A session whose changes are rolled back at the end: tests see their own writes
+    without changing what other tests (and the running workers) see."""
+    from sqlalchemy.orm import Session
 
-    with session_scope() as session:
+    from vidlora.db import get_engine
+
+    connection = get_engine().connect()
+    transaction = connection.begin()
+    session = Session(bind=connection, expire_on_commit=False)
+    try:
         yield session
+    finally:
+        session.close()
+        transaction.rollback()
+        connection.close()

@@ -1,0 +1,68 @@
+"""vidlora.scenarios: the YAML file is validated, synced by name, never deletes history."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select
+
+from vidlora.scenarios import ScenarioError, load_scenarios, sync_scenarios
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path, scenarios):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": scenarios}))
+    return path
+
+
+def test_shipped_file_declares_the_three_archaeology_scenarios():
+    specs = load_scenarios(ROOT / "scenarios.yaml", Path("/adapters"))
+    assert [s.name for s in specs] == ["artifact_identification", "tomb_structure", "murals_inscriptions"]
+    assert all(s.adapter_path.startswith("/adapters/") for s in specs)
+    assert specs[1].sampling["mode"] == "fps"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"name": "x y", "prompt": "p"}, "scenario name"),
+    ({"name": "x"}, "prompt is required"),
+    ({"name": "x", "prompt": "p", "sampling": {"mode": "bogus"}}, "bad sampling policy"),
+    ({"name": "x", "prompt": "p", "generation": {"beams": 4}}, "unknown generation keys"),
+    ({"name": "x", "prompt": "p", "generation": {"max_tokens": 0}}, "max_tokens"),
+])
+def test_invalid_entries_are_refused_with_a_clear_message(tmp_path, entry, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenarios(write(tmp_path, [entry]), tmp_path)
+
+
+def test_duplicate_names_and_empty_files_are_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="duplicate"):
+        load_scenarios(write(tmp_path, [{"name": "a", "prompt": "p"}] * 2), tmp_path)
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(ScenarioError, match="non-empty"):
+        load_scenarios(tmp_path / "empty.yaml", tmp_path)
+
+
+def test_sync_updates_by_name_and_deactivates_removed_scenarios(db_session, tmp_path):
+    from vidlora.models import Scenario
+
+    adapter = tmp_path / "ad"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights-1")
+    first = load_scenarios(write(tmp_path, [
+        {"name": "zz_keep", "prompt": "one", "adapter": str(adapter)},
+        {"name": "zz_drop", "prompt": "two"},
+    ]), tmp_path)
+    ids = sync_scenarios(db_session, first)
+    keep = db_session.get(Scenario, ids["zz_keep"])
+    version = keep.adapter_version
+    assert version and len(version) == 16
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights-2")
+    second = load_scenarios(write(tmp_path, [{"name": "zz_keep", "prompt": "changed", "adapter": str(adapter)}]), tmp_path)
+    ids2 = sync_scenarios(db_session, second)
+    assert ids2["zz_keep"] == ids["zz_keep"]
+    assert keep.prompt == "changed" and keep.adapter_version != version
+    dropped = db_session.scalar(select(Scenario).where(Scenario.name == "zz_drop"))
+    assert dropped is not None and dropped.active is False
+
