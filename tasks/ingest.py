@@ -8,7 +8,6 @@ skipped by their unique (batch, name) key and the store deduplicates content by 
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from sqlalchemy import select
@@ -22,6 +21,7 @@ from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.archive import MemberOutcome, ingest_archive, is_archive
 from vidlora.ingest.store import MediaStore, StoreError
+from vidlora.locks import try_lock
 from vidlora.models import Batch, BatchItem, Upload, Video
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,13 @@ def _outcomes(upload: Upload, path: Path, store: MediaStore):
 
 @app.task(base=VidloraTask, bind=True, name="tasks.ingest.ingest_upload")
 def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
+    with try_lock(f"ingest:{upload_id}") as mine:
+        if not mine:  # another live worker is ingesting this upload
+            return {"skipped": 1}
+        return _ingest(self, upload_id)
+
+
+def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
     settings = get_settings()
     assert settings.media_root is not None
     store = MediaStore(settings.media_root)
@@ -68,10 +75,11 @@ def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
         upload = session.get(Upload, upload_id)
         if upload is None or upload.status != "pending":
             return {"skipped": 1}
-        if not begin_attempt(upload, settings.max_attempts, counts=self.is_first_delivery):
+        if not begin_attempt(upload, settings.max_attempts, counts=task.is_first_delivery):
             _finish_batch_if_done(session, upload.batch_id)
             return {"failed": 1}
         batch_id, name, rel = upload.batch_id, upload.name, upload.path
+        redelivered = upload.attempts > 1
     path = settings.media_root / rel
     to_prepare: list[int] = []
     counts = {"stored": 0, "rejected": 0, "skipped": 0}
@@ -91,18 +99,19 @@ def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
             _finish_batch_if_done(session, batch_id)
         _send_prepare(to_prepare)
         return counts
-    # Videos recorded by an earlier, killed delivery may never have had their prepare sent.
     with session_scope() as session:
-        earlier = session.scalars(
-            select(Video.id).join(BatchItem, BatchItem.video_id == Video.id)
-            .where(BatchItem.batch_id == batch_id, Video.status == "registered")
-        )
-        to_prepare = list(dict.fromkeys([*to_prepare, *earlier]))
+        if redelivered:
+            # Videos recorded by the killed delivery may never have had their prepare sent.
+            earlier = session.scalars(
+                select(Video.id).join(BatchItem, BatchItem.video_id == Video.id)
+                .where(BatchItem.batch_id == batch_id, Video.status == "registered")
+            )
+            to_prepare = list(dict.fromkeys([*to_prepare, *earlier]))
         upload = session.get(Upload, upload_id)
         upload.status = "done"
         _finish_batch_if_done(session, batch_id)
     _send_prepare(to_prepare)
-    shutil.rmtree(path.parent, ignore_errors=True)
+    path.unlink(missing_ok=True)
     log.info("ingested upload %s (%s): %s", upload_id, name, counts)
     return counts
 

@@ -20,6 +20,7 @@ from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.store import MediaStore
+from vidlora.locks import try_lock
 from vidlora.media.probe import BadVideo, ProbeInfo, probe
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.media.frames import sample_video
@@ -146,12 +147,29 @@ def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> 
     return True
 
 
+def _has_work(video_id: int) -> bool:
+    with session_scope() as session:
+        video = session.get(Video, video_id)
+        if video is None or video.status in ("rejected", "failed"):
+            return False
+        if video.status != "ready":
+            return True
+        return session.scalar(
+            select(Analysis.id).where(Analysis.video_id == video_id, Analysis.status == "pending").limit(1)
+        ) is not None
+
+
 @app.task(base=VidloraTask, bind=True, name="tasks.prepare.prepare_video")
 def prepare_video(self: VidloraTask, video_id: int) -> int:
-    info, rel = _probe_step(self, video_id)
-    if info is None:
-        return 0
-    ready = _frames_step(video_id, info, rel)
+    with try_lock(f"prepare:{video_id}") as mine:
+        # A duplicate message while another live worker prepares this video, or one for a
+        # video with nothing left to do, is dropped without counting an attempt.
+        if not mine or not _has_work(video_id):
+            return 0
+        info, rel = _probe_step(self, video_id)
+        if info is None:
+            return 0
+        ready = _frames_step(video_id, info, rel)
     if ready:
         from tasks.dispatch import dispatch_ready
 

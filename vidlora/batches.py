@@ -5,8 +5,6 @@ The CLI, the web upload and the JSON API all come through here: one way to start
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from pathlib import Path
 from typing import BinaryIO
 
@@ -14,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
-from vidlora.ingest.store import StoredFile
+from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
 
 
@@ -48,32 +46,21 @@ def create_batch(
     return batch
 
 
-def _park_path(settings: Settings, name: str) -> tuple[Path, str]:
-    assert settings.media_root is not None
-    safe_name = Path(name).name or "upload"
-    rel = Path("uploads") / uuid.uuid4().hex / safe_name
-    dest = settings.media_root / rel
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    return dest, rel.as_posix()
-
-
 def park_stream(
     session: Session, settings: Settings, batch: Batch, name: str, stream: BinaryIO, max_bytes: int
 ) -> Upload:
-    """Write an incoming upload to the upload area, streaming, and register it."""
-    dest, rel = _park_path(settings, name)
-    size = 0
+    """Write an incoming upload to the store's upload area, streaming, and register it."""
+    assert settings.media_root is not None
     try:
-        with dest.open("wb") as out:
-            while chunk := stream.read(1 << 20):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise BatchError(f"{name}: larger than the limit of {max_bytes} bytes")
-                out.write(chunk)
-    except BaseException:
-        shutil.rmtree(dest.parent, ignore_errors=True)
-        raise
-    upload = Upload(batch_id=batch.id, name=name, path=rel, size_bytes=size)
+        path = MediaStore(settings.media_root).park_upload(stream, name, max_bytes)
+    except TooLarge as exc:
+        raise BatchError(f"{name}: larger than the limit of {max_bytes} bytes") from exc
+    except ValueError as exc:
+        raise BatchError(f"{name}: {exc}") from exc
+    upload = Upload(
+        batch_id=batch.id, name=name, path=path.relative_to(settings.media_root).as_posix(),
+        size_bytes=path.stat().st_size,
+    )
     session.add(upload)
     session.flush()
     return upload

@@ -193,3 +193,7 @@ def worker_gpu(loglevel: str) -> None:
     from workers.gpu_worker import run
 
     run(loglevel)
+
+
+if __name__ == "__main__":
+    main()

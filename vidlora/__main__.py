@@ -1,0 +1,3 @@
+from vidlora.cli import main
+
+main()

@@ -1,0 +1,72 @@
+"""Decode worker: ``python -m vidlora.media.decode_worker`` reads one JSON job on stdin.
+
+It runs one backend, writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``,
+k = index among the unique picks), and prints one JSON line: ``{"ok": true, "pts": [...]}`` or
+``{"ok": false, "kind": "mismatch"|"error", "error": "..."}``.
+
+It exists so that native decoders (which can hang holding the GIL, or crash) run in a process
+the caller can kill; the caller starts it in its own session and kills the whole group on
+timeout. As a second line of defence the worker arms an alarm that kills its own group (and any
+ffmpeg child) should the caller die without cleaning up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+# PIL transpose for a clockwise display rotation (PIL's ROTATE_n turns counter-clockwise).
+_TRANSPOSE = {90: "ROTATE_270", 180: "ROTATE_180", 270: "ROTATE_90"}
+
+
+def run(job: dict) -> dict:
+    from PIL import Image
+
+    from vidlora.media.decoders import Mismatch, decode
+    from vidlora.media.ffprobe import FrameTable
+
+    out_dir = Path(job["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rotation = int(job["rotation"])
+    quality = int(job["quality"])
+    transpose = getattr(Image.Transpose, _TRANSPOSE[rotation]) if rotation in _TRANSPOSE else None
+
+    def emit(k: int, rgb) -> None:
+        img = Image.fromarray(rgb, "RGB")
+        if transpose is not None:
+            img = img.transpose(transpose)
+        img.save(out_dir / f"{k:05d}.jpg", "JPEG", quality=quality)
+
+    try:
+        pts = decode(job["backend"], Path(job["path"]), FrameTable.from_json(job["table"]), job["picks"],
+                     tuple(job["size"]), int(job["threads"]), emit, rotation)
+    except Mismatch as exc:
+        return {"ok": False, "kind": "mismatch", "error": str(exc)[:300]}
+    except Exception as exc:  # any decoder error is a failed attempt; the caller falls back
+        return {"ok": False, "kind": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"ok": True, "pts": pts}
+
+
+def _watchdog(seconds: float) -> None:
+    def fire(signum, frame):  # noqa: ARG001
+        os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    if job.get("watchdog_s"):
+        _watchdog(float(job["watchdog_s"]))
+    result = run(job)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Decoder backends behind one interface, and the rule that orders them per container.
+
+Interface: ``decode(path, table, picks, size, threads, emit) -> list[int]``
+
+- ``table``: the demuxer's frame table (``ffprobe.FrameTable``), the shared reference.
+- ``picks``: ascending, unique indices into ``table`` to deliver.
+- ``size``: (w, h) in *stored* orientation (rotation is applied by the caller, the same way for
+  every backend).
+- ``emit(k, rgb)`` receives the k-th delivered frame as an ``HxWx3`` uint8 array.
+- returns the pts (table units) of the frames delivered, in order. The caller checks them
+  against the requested picks: a backend that delivers another frame than asked fails the
+  *timestamp-exactness check* and the next backend is tried.
+
+These functions run only inside the decode worker subprocess (``decode_worker.py``); the native
+libraries are imported lazily there, never in the parent.
+
+Backend order (``default_backends``), from the measurements in DESIGN.md "Decoding":
+
+- H.264 in MP4/MOV: decord, then PyAV, then ffmpeg. decord is the decoder the issue asked
+  for and is exact on this, the most common case; its frame table is compared with the
+  demuxer's before use, so a disagreement falls through to PyAV.
+- AVI, MPEG-PS, MPEG-TS and raw elementary streams: ffmpeg only. Every seek-based library
+  (decord, PyAV, decord2) returned neighbouring frames there; a sequential decode through the
+  ffmpeg CLI with ``select`` on exact pts is the only trustworthy path.
+- Everything else (WebM/VP9, MKV, AV1, HEVC, ProRes, ...): PyAV, then ffmpeg. decord 0.6.0
+  has no AV1, fails VP9 WebM, and its FFmpeg 4.1 is old; PyAV (FFmpeg 8) decoded every codec
+  tried and is exact when it seeks by the packet table, as here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from bisect import bisect_right
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from vidlora.media.ffprobe import FFMPEG, FrameTable
+from vidlora.media.probe import ProbeInfo
+
+if TYPE_CHECKING:  # numpy is imported lazily: the parent process should not load OpenBLAS threads
+    import numpy as np
+
+Emit = Callable[[int, "np.ndarray"], None]
+
+BACKENDS = ("decord", "pyav", "ffmpeg")
+# Containers where only a sequential decode is exact (see module docstring).
+SEQUENTIAL_ONLY = frozenset({
+    "avi", "mpeg", "mpegts", "mpegtsraw", "mpegvideo", "h264", "hevc", "m4v", "mjpeg", "vc1",
+    "cavsvideo", "rawvideo", "yuv4mpegpipe", "obu", "h261", "h263",
+})
+DECORD_SAFE = {("mp4", "h264"), ("mov", "h264")}
+
+
+class Mismatch(Exception):
+    """The backend's view of the frames disagrees with the demuxer's frame table."""
+
+
+def default_backends(info: ProbeInfo) -> list[str]:
+    if info.container in SEQUENTIAL_ONLY:
+        return ["ffmpeg"]
+    if (info.container, info.codec) in DECORD_SAFE:
+        return ["decord", "pyav", "ffmpeg"]
+    return ["pyav", "ffmpeg"]
+
+
+def decode(backend: str, path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
+           threads: int, emit: Emit, rotation: int = 0) -> list[int]:
+    if backend == "decord":
+        return decode_decord(path, table, picks, size, threads, emit, rotation)
+    fn = {"pyav": decode_pyav, "ffmpeg": decode_ffmpeg}[backend]
+    return fn(path, table, picks, size, threads, emit)
+
+
+# -- decord -----------------------------------------------------------------------------------
+
+def decode_decord(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
+                  threads: int, emit: Emit, rotation: int = 0) -> list[int]:
+    import decord
+    import numpy as np
+
+    # decord 0.6.0 applies the display rotation itself (unlike PyAV and ffmpeg -noautorotate),
+    # and width/height then mean the displayed size. We ask for that and turn the frames back to
+    # stored orientation, so the caller's single rotation step stays the same for all backends.
+    w, h = (size[1], size[0]) if rotation in (90, 270) else size
+    # num_threads=0 (decord's default) breaks VP9; an explicit count is safe everywhere.
+    vr = decord.VideoReader(str(path), ctx=decord.cpu(0), width=w, height=h, num_threads=max(1, threads))
+    n = len(vr)
+    if n != len(table.pts):
+        raise Mismatch(f"decord sees {n} frames, the demuxer {len(table.pts)}")
+    starts = vr.get_frame_timestamp(list(range(n)))[:, 0].astype(np.float64)
+    ref = np.asarray(table.times())
+    # decord keeps float32 seconds since the first frame: allow its rounding, but never as much
+    # as half the shortest frame gap (that would be a different frame).
+    gaps = np.diff(ref)
+    tol = max(1e-3, 3e-7 * float(ref[-1]))
+    if len(gaps):
+        tol = min(tol, 0.45 * float(gaps.min()))
+    bad = np.flatnonzero(np.abs(starts - ref) > tol)
+    if len(bad):
+        i = int(bad[0])
+        raise Mismatch(f"decord frame {i} at {starts[i]:.4f} s, demuxer says {ref[i]:.4f} s")
+    k = 0
+    for chunk in range(0, len(picks), 16):  # bounded memory for long pick lists
+        idx = picks[chunk:chunk + 16]
+        for arr in vr.get_batch(idx).asnumpy():
+            if arr.shape[:2] != (h, w):
+                raise Mismatch(f"decord returned {arr.shape[1]}x{arr.shape[0]}, asked {w}x{h}")
+            if rotation:  # undo decord's clockwise display rotation (np.rot90 turns ccw)
+                arr = np.ascontiguousarray(np.rot90(arr, k=rotation // 90))
+            emit(k, arr)
+            k += 1
+    return [table.pts[i] for i in picks]
+
+
+# -- PyAV ---------------------------------------------------------------------------------------
+
+def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
+                threads: int, emit: Emit) -> list[int]:
+    import av
+
+    key_idx = [i for i, k in enumerate(table.keyframe) if k]
+    delivered: list[int] = []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        if threads:
+            stream.codec_context.thread_count = threads
+        frames = None
+        last_pts: int | None = None
+        for k, i in enumerate(picks):
+            want = table.pts[i]
+            kf = table.pts[key_idx[max(0, bisect_right(key_idx, i) - 1)]]
+            # Seek (by the packet table's keyframe, so we never land after the target) unless
+            # decoding on from where we are is at least as cheap.
+            if frames is None or last_pts is None or kf > last_pts:
+                container.seek(kf, backward=True, any_frame=False, stream=stream)
+                frames = container.decode(stream)
+                last_pts = None
+            got = None
+            for frame in frames:
+                if frame.pts is None:
+                    raise Mismatch("PyAV frame without pts")
+                last_pts = frame.pts
+                if frame.pts == want:
+                    got = frame
+                    break
+                if frame.pts > want:
+                    raise Mismatch(f"PyAV skipped pts {want} (next frame {frame.pts})")
+            if got is None:
+                raise Mismatch(f"PyAV ended before pts {want}")
+            emit(k, got.to_ndarray(width=size[0], height=size[1], format="rgb24", interpolation="BICUBIC"))
+            delivered.append(want)
+    return delivered
+
+
+# -- ffmpeg CLI ---------------------------------------------------------------------------------
+
+_SHOWINFO = re.compile(r"Parsed_showinfo.*\bn:\s*\d+\s+pts:\s*(-?\d+)")
+
+
+def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
+                  threads: int, emit: Emit) -> list[int]:
+    """Sequential decode; ``select`` keeps exactly the picked pts, ``showinfo`` reports them.
+
+    ``-copyts`` keeps the container's raw pts (the filter time base is the stream's), so the
+    selection is integer-exact; ``-noautorotate`` because rotation is applied by the caller.
+    """
+    import numpy as np
+
+    w, h = size
+    expr = "+".join(f"eq(pts,{table.pts[i]})" for i in picks)
+    vf = f"select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
+    cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-noautorotate",
+           "-threads", str(threads or 0), "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-dn",
+           "-vf", vf, "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+    frame_bytes = w * h * 3
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        k = 0
+        try:
+            while True:
+                buf = _read_exact(proc.stdout, frame_bytes)
+                if buf is None:
+                    break
+                emit(k, np.frombuffer(buf, np.uint8).reshape(h, w, 3))
+                k += 1
+        finally:
+            proc.stdout.close()
+            rc = proc.wait()
+        err.seek(0)
+        log = err.read().decode("utf-8", "replace")
+    if rc != 0:
+        tail = [ln for ln in log.splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
+        raise RuntimeError(f"ffmpeg failed: {tail[0][:200]}")
+    pts = [int(m.group(1)) for m in map(_SHOWINFO.search, log.splitlines()) if m]
+    if len(pts) != k:
+        raise Mismatch(f"ffmpeg delivered {k} frames but reported {len(pts)} timestamps")
+    return pts
+
+
+def _read_exact(stream, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        b = stream.read(n - got)
+        if not b:
+            if got:
+                raise RuntimeError("ffmpeg output ended mid-frame")
+            return None
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def default_threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))

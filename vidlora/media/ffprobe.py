@@ -1,0 +1,151 @@
+"""Thin, killable wrappers around the ``ffprobe`` CLI, and the frame table built from it.
+
+Probing runs in the caller's process, so it never opens a native reader there: every call is a
+child ``ffprobe`` with a timeout (a hung demuxer is killed, not waited on).
+
+The *frame table* is the list of presentation timestamps of every video frame, from the demuxer's
+packets (no decoding, so it is cheap: ~0.1 s for a minute of 1080p). It is the reference every
+decoder backend is checked against, and the source of exact sample timestamps, which matters for
+variable-frame-rate video where ``round(t * avg_fps)`` picks the wrong frame.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+FFPROBE = shutil.which("ffprobe") or "/usr/bin/ffprobe"
+FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+
+
+class ProbeError(Exception):
+    """ffprobe failed; ``stderr`` holds its last message (mapped to a BadVideo reason upstream)."""
+
+    def __init__(self, message: str, stderr: str = "", timed_out: bool = False):
+        super().__init__(message)
+        self.stderr = stderr
+        self.timed_out = timed_out
+
+
+def run_tool(args: list[str], timeout: float) -> str:
+    """Run ffprobe/ffmpeg; return stdout. Raise ProbeError on failure or timeout."""
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:  # subprocess.run kills the child before raising
+        raise ProbeError("timed out", timed_out=True) from exc
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        raise ProbeError(err[-1] if err else f"exit {proc.returncode}", stderr=proc.stderr)
+    return proc.stdout
+
+
+def probe_header(path: Path, timeout: float) -> dict:
+    """Container and stream headers (all streams) as ffprobe JSON."""
+    out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)], timeout)
+    return json.loads(out or "{}")
+
+
+@dataclass(frozen=True)
+class FrameTable:
+    """Presentation timestamps of one video stream's frames, sorted, in stream time-base units."""
+
+    pts: tuple[int, ...]
+    keyframe: tuple[bool, ...]
+    time_base: Fraction
+    last_duration: int  # duration of the last frame (time-base units), for the stream's end
+
+    @property
+    def origin(self) -> int:
+        """Timestamps we report are seconds since the first frame (decord does the same)."""
+        return self.pts[0]
+
+    def seconds(self, i: int) -> float:
+        return float((self.pts[i] - self.origin) * self.time_base)
+
+    def times(self) -> list[float]:
+        return [self.seconds(i) for i in range(len(self.pts))]
+
+    @property
+    def duration_s(self) -> float:
+        return float((self.pts[-1] - self.origin + self.last_duration) * self.time_base)
+
+    def to_json(self) -> dict:
+        return {"pts": list(self.pts), "key": [int(k) for k in self.keyframe],
+                "tb": [self.time_base.numerator, self.time_base.denominator], "last": self.last_duration}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FrameTable":
+        return cls(tuple(d["pts"]), tuple(bool(k) for k in d["key"]), Fraction(*d["tb"]), d["last"])
+
+
+def _parse_int(s: str) -> int | None:
+    try:
+        return int(s)
+    except ValueError:
+        return None
+
+
+def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float) -> FrameTable:
+    """Frame table of the first video stream from its packets (demux only).
+
+    Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
+    container stores no pts (raw elementary streams, packed B-frame AVI) we fall back to decoding
+    with ffprobe and reading each frame's best-effort timestamp: slower, but still exact.
+    """
+    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
+                    "packet=pts,duration,flags", "-of", "csv=p=0", str(path)], timeout)
+    rows = []
+    missing = 0
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) < 3:
+            continue
+        pts, dur, flags = _parse_int(f[0]), _parse_int(f[1]), f[2]
+        if pts is None:
+            missing += 1
+            continue
+        if "D" in flags:
+            continue
+        rows.append((pts, "K" in flags, dur))
+    if missing:
+        return _decoded_frame_table(path, time_base, default_duration, timeout)
+    rows.sort()
+    return _table(rows, time_base, default_duration)
+
+
+def _decoded_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float) -> FrameTable:
+    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
+                    "frame=best_effort_timestamp,pkt_duration,key_frame", "-of", "csv=p=0", str(path)], timeout)
+    rows = []
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) >= 3 and _parse_int(f[1]) is not None:
+            rows.append((int(f[1]), f[0] == "1", _parse_int(f[2])))
+    rows.sort()
+    return _table(rows, time_base, default_duration)
+
+
+def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, default_duration: int) -> FrameTable:
+    dedup: dict[int, tuple[bool, int | None]] = {}
+    for pts, key, dur in rows:
+        k0, d0 = dedup.get(pts, (False, None))
+        dedup[pts] = (k0 or key, dur if dur is not None else d0)
+    pts = sorted(dedup)
+    keys = [dedup[p][0] for p in pts]
+    if keys and not any(keys):
+        keys[0] = True  # all-intra codecs sometimes carry no flags; a seek must start somewhere
+    last = dedup[pts[-1]][1] if pts else None
+    if not last or last <= 0:
+        last = default_duration if default_duration > 0 else (pts[-1] - pts[-2] if len(pts) > 1 else 1)
+    return FrameTable(tuple(pts), tuple(keys), time_base, int(last))
+
+
+def first_frame_decodes(path: Path, timeout: float) -> bool:
+    """Decode-check: does the first video frame actually decode? (catches unusable codecs/data)."""
+    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-read_intervals", "%+#1",
+                    "-show_entries", "frame=pict_type", "-of", "csv=p=0", str(path)], timeout)
+    return bool(out.strip())

@@ -1,0 +1,183 @@
+"""Sample a video's frames to JPEG files: plan, decode in a killable subprocess, verify, store.
+
+``sample_video`` is the one entry point. Steps:
+
+1. ``probe`` (unless given) and the demuxer's frame table (ffprobe child processes).
+2. ``plan_timestamps`` gives target instants; each maps to the frame whose real pts is at or
+   before it (the first frame if none is). Timestamps returned are those frames' pts, in
+   seconds since the first frame, so they are exact on variable-frame-rate video.
+3. Backends are tried in order (``decoders.default_backends`` unless ``backends`` is given).
+   Each attempt runs ``python -m vidlora.media.decode_worker`` in a new session with a timeout
+   of ``settings.decode_timeout_s``; on timeout the whole process group is killed. An attempt
+   fails on error, crash, timeout, or when the pts it delivered differ from the ones asked for
+   (the timestamp-exactness check); then the next backend is tried. So the worst case is
+   ``len(backends) * decode_timeout_s``. If all fail: ``BadVideo("decoder timed out")`` when
+   any attempt timed out, else ``BadVideo("decoding failed (...)")``.
+4. JPEGs (``settings.jpeg_quality``) land in ``out_dir`` as ``00000.jpg, 00001.jpg, ...`` by
+   sample index; an attempt writes into a temporary sibling directory first, so a failed or
+   killed attempt never leaves partial output in ``out_dir``.
+
+``SampledFrames.files`` are relative to ``out_dir.parent`` (``"<out_dir name>/00000.jpg"``), so
+the media store can move as a whole; ``SampledFrames.paths(out_dir.parent)`` makes them absolute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from vidlora.config import Settings, get_settings
+from vidlora.media.decoders import BACKENDS, default_backends, default_threads
+from vidlora.media.ffprobe import FrameTable, ProbeError, read_frame_table
+from vidlora.media.probe import BadVideo, ProbeInfo, probe_with_table
+from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
+
+# The worker command; tests replace it to prove that a hung worker is killed.
+WORKER_CMD = [sys.executable, "-m", "vidlora.media.decode_worker"]
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass(frozen=True)
+class SampledFrames:
+    timestamps: list[float]  # real pts of each sampled frame, seconds since the first frame
+    files: list[str]  # JPEG paths relative to out_dir.parent, one per timestamp
+    width: int  # size of every JPEG (displayed orientation)
+    height: int
+    backend: str  # the decoder that produced them
+
+    def paths(self, base: Path) -> list[Path]:
+        """Absolute paths, given the directory the files are relative to (``out_dir.parent``)."""
+        return [Path(base) / f for f in self.files]
+
+
+@dataclass
+class _Attempt:
+    ok: bool
+    pts: list[int] | None = None
+    error: str = ""
+    timed_out: bool = False
+
+
+def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeInfo | None = None,
+                 settings: Settings | None = None, backends: list[str] | None = None) -> SampledFrames:
+    """Sample ``path`` by ``policy`` into ``out_dir``; raise ``BadVideo`` if it cannot be done."""
+    s = settings or get_settings()
+    path, out_dir = Path(path), Path(out_dir)
+    if info is None:
+        info, table = probe_with_table(path, s)
+    else:
+        table = _frame_table(path, info, s)
+    targets = plan_timestamps(info, policy)
+    times = table.times()
+    chosen = [max(0, bisect_right(times, t + 1e-9) - 1) for t in targets]
+    picks = sorted(set(chosen))
+    width, height = target_size(info.width, info.height, policy.max_pixels, policy.min_pixels)
+    stored = (height, width) if info.rotation in (90, 270) else (width, height)
+
+    order = list(backends) if backends else default_backends(info)
+    unknown = [b for b in order if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown decoder backend(s) {unknown}; known: {list(BACKENDS)}")
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    timed_out = False
+    for backend in order:
+        tmp = out_dir.parent / f".{out_dir.name}.{backend}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            job = {"backend": backend, "path": str(path.resolve()), "table": table.to_json(), "picks": picks,
+                   "size": list(stored), "rotation": info.rotation, "quality": s.jpeg_quality,
+                   "threads": default_threads(), "out_dir": str(tmp),
+                   "watchdog_s": s.decode_timeout_s + 30}
+            att = _run_worker(job, s.decode_timeout_s)
+            if att.ok and att.pts != [table.pts[i] for i in picks]:
+                att = _Attempt(False, error="delivered frames with other timestamps than asked for")
+            if att.ok:
+                files = _publish(tmp, out_dir, chosen, picks)
+                return SampledFrames(
+                    timestamps=[round(times[i], 6) for i in chosen], files=files,
+                    width=width, height=height, backend=backend)
+            timed_out |= att.timed_out
+            errors.append(f"{backend}: {att.error}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if timed_out:
+        raise BadVideo("decoder timed out")
+    raise BadVideo(f"decoding failed ({'; '.join(errors)})"[:400])
+
+
+def _frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
+    from fractions import Fraction
+
+    from vidlora.media.ffprobe import probe_header
+
+    try:  # the time base is not in ProbeInfo; one cheap header read gets it
+        head = probe_header(path, s.decode_timeout_s)
+        st = next(x for x in head.get("streams", []) if x.get("codec_type") == "video")
+        tb = Fraction(st.get("time_base", "1/1000"))
+        return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s)
+    except (ProbeError, StopIteration) as exc:
+        raise BadVideo("probe timed out" if getattr(exc, "timed_out", False) else "cannot read video packets") from None
+
+
+def _run_worker(job: dict, timeout: float) -> _Attempt:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PROJECT_ROOT, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(WORKER_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env)
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return _Attempt(False, error=f"timed out after {time.monotonic() - t0:.1f} s", timed_out=True)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if proc.returncode != 0:
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        return _Attempt(False, error=f"worker crashed ({how}) {tail[0][:200]}".strip())
+    try:
+        res = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return _Attempt(False, error="worker gave no result")
+    if res.get("ok"):
+        return _Attempt(True, pts=res["pts"])
+    return _Attempt(False, error=res.get("error", "unknown error"))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's session (it and any ffmpeg child). Only call before it is reaped."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _publish(tmp: Path, out_dir: Path, chosen: list[int], picks: list[int]) -> list[str]:
+    """Move the attempt's JPEGs into out_dir, one per sample, named by sample index."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("[0-9][0-9][0-9][0-9][0-9].jpg"):  # a previous run's frames
+        old.unlink()
+    slot = {p: k for k, p in enumerate(picks)}
+    first: dict[int, Path] = {}
+    files = []
+    for i, frame in enumerate(chosen):
+        dst = out_dir / f"{i:05d}.jpg"
+        if frame in first:  # two targets on one frame (VFR gaps): copy, so names stay simple
+            shutil.copyfile(first[frame], dst)
+        else:
+            os.replace(tmp / f"{slot[frame]:05d}.jpg", dst)
+            first[frame] = dst
+        files.append(f"{out_dir.name}/{dst.name}")
+    return files

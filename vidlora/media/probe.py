@@ -1,0 +1,226 @@
+"""Probe a video: what it is, how big, how long, how many frames really are there.
+
+``probe`` either returns a ``ProbeInfo`` for a file we can sample, or raises ``BadVideo`` with a
+short reason a person can act on ("empty file", "no video stream (audio-only file)", ...). The
+reason is stored on the analysis row and shown in the UI, so it is deliberately plain text.
+
+All work happens in ``ffprobe`` child processes with a timeout (settings.decode_timeout_s); no
+native reader is ever opened in the calling process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from vidlora.config import Settings, get_settings
+from vidlora.media.ffprobe import FrameTable, ProbeError, first_frame_decodes, probe_header, read_frame_table
+
+MAX_ASPECT = 200  # the VLM's resizer (Qwen smart_resize) refuses more extreme shapes
+
+
+class BadVideo(Exception):
+    """The file cannot be sampled. ``reason`` is short and human readable; ``str(e) == reason``."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    container: str  # short name: mp4, mov, webm, matroska, avi, mpegts, mpeg, ...
+    codec: str  # ffmpeg codec name: h264, hevc, vp9, av1, mjpeg, ...
+    width: int  # displayed size, i.e. after rotation
+    height: int
+    rotation: int  # clockwise degrees applied to the stored picture for display (0/90/180/270)
+    fps: float  # average frame rate
+    duration_s: float  # first frame to end of last frame, from the packets
+    frame_count: int  # frames the demuxer actually delivers (not the header's claim)
+    bit_rate: int | None
+
+    @property
+    def has_video(self) -> bool:
+        return self.frame_count > 0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "has_video": self.has_video}
+
+
+def probe(path: Path, settings: Settings | None = None) -> ProbeInfo:
+    """Return facts about a video or raise ``BadVideo``."""
+    return probe_with_table(Path(path), settings)[0]
+
+
+def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[ProbeInfo, FrameTable]:
+    """``probe`` plus the frame table (used by ``sample_video`` to avoid a second packet scan)."""
+    s = settings or get_settings()
+    path = Path(path)
+    timeout = s.decode_timeout_s
+    if not path.is_file():
+        raise BadVideo("file not found")
+    if path.stat().st_size == 0:
+        raise BadVideo("empty file (0 bytes)")
+    head_bytes = _head(path)
+    if _looks_like_text(head_bytes):
+        raise BadVideo("not a video file (text)")
+
+    try:
+        head = probe_header(path, timeout)
+    except ProbeError as exc:
+        raise BadVideo(_header_reason(exc, head_bytes)) from None
+    fmt = head.get("format", {})
+    fmt_name = fmt.get("format_name", "")
+    if fmt_name == "image2" or fmt_name.endswith("_pipe"):
+        raise BadVideo(f"still image, not a video ({fmt_name.removesuffix('_pipe')})")
+
+    streams = head.get("streams", [])
+    videos = [st for st in streams if st.get("codec_type") == "video"
+              and not st.get("disposition", {}).get("attached_pic")]
+    if not streams and (_float(fmt.get("duration")) or 0.0) <= 0:
+        raise BadVideo("zero duration (container holds no streams)")
+    if not videos:
+        audio = any(st.get("codec_type") == "audio" for st in streams)
+        raise BadVideo("no video stream (audio-only file)" if audio else "no video stream")
+    st = videos[0]
+    codec = st.get("codec_name") or ""
+    if not codec or codec == "none":
+        raise BadVideo(f"unsupported codec (fourcc {st.get('codec_tag_string', '?')!s})")
+
+    stored_w, stored_h = int(st.get("width") or 0), int(st.get("height") or 0)
+    if stored_w <= 0 or stored_h <= 0:
+        raise BadVideo("unknown frame size")
+    if stored_w * stored_h > s.max_video_pixels:
+        raise BadVideo(f"resolution too large ({stored_w}x{stored_h} > {s.max_video_pixels} pixels)")
+    if max(stored_w, stored_h) > MAX_ASPECT * min(stored_w, stored_h):
+        raise BadVideo(f"absurd resolution {stored_w}x{stored_h} (aspect ratio over {MAX_ASPECT}:1)")
+
+    declared = _float(st.get("duration")) or _float(fmt.get("duration")) or 0.0
+    if declared > s.max_duration_s:
+        raise BadVideo(_too_long(declared, s))  # before scanning hours of packets
+
+    time_base = Fraction(st.get("time_base", "1/1000"))
+    fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
+    frame_dur = int(round(1 / (fps * time_base))) if fps else 0
+    try:
+        table = read_frame_table(path, time_base, frame_dur, timeout)
+    except ProbeError as exc:
+        raise BadVideo("probe timed out" if exc.timed_out else f"corrupt video stream ({exc})") from None
+    if not table.pts:
+        raise BadVideo("zero duration (no video frames)")
+    duration = table.duration_s
+    if duration <= 0:
+        raise BadVideo("zero duration")
+    if duration > s.max_duration_s:
+        raise BadVideo(_too_long(duration, s))
+
+    try:
+        decodes = first_frame_decodes(path, timeout)
+    except ProbeError as exc:
+        if exc.timed_out:
+            raise BadVideo("probe timed out") from None
+        raise BadVideo(f"unsupported codec or undecodable video ({codec}: {exc})") from None
+    if not decodes:
+        raise BadVideo(f"unsupported codec or undecodable video ({codec}: no frame decodes)")
+
+    rotation = _rotation(st)
+    width, height = (stored_h, stored_w) if rotation in (90, 270) else (stored_w, stored_h)
+    n = len(table.pts)
+    if not fps or len(table.pts) > 1 and abs(fps - n / duration) > 0.5 * fps:
+        fps = n / duration  # headers of VFR/odd files can be far off; trust the packets
+    bit_rate = _int(fmt.get("bit_rate")) or _int(st.get("bit_rate"))
+    info = ProbeInfo(
+        container=_container(fmt_name, path), codec=codec, width=width, height=height,
+        rotation=rotation, fps=round(float(fps), 6), duration_s=round(duration, 6),
+        frame_count=n, bit_rate=bit_rate,
+    )
+    return info, table
+
+
+def _head(path: Path, n: int = 512) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _looks_like_text(b: bytes) -> bool:
+    """Plain text (UTF-8 without control bytes other than whitespace)? No video container is."""
+    try:
+        t = b.decode("utf-8")
+    except UnicodeDecodeError:
+        if len(b) < 512:
+            return False
+        try:  # the sample may end inside a multi-byte character
+            t = b[:-3].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return all(c.isprintable() or c in "\r\n\t\f" for c in t)
+
+
+def _iso_box(b: bytes) -> bool:
+    """Does the file start like an ISO-BMFF (mp4/mov) box?"""
+    return len(b) >= 8 and b[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
+
+
+def _header_reason(exc: ProbeError, head: bytes) -> str:
+    if exc.timed_out:
+        return "probe timed out"
+    err = exc.stderr
+    if "moov atom not found" in err:
+        if not _iso_box(head):  # ffprobe picked the mp4 demuxer from the name only
+            return "not a video file (unrecognised data)"
+        return "truncated or incomplete MP4 (moov atom not found)"
+    if "Invalid data found when processing input" in err:
+        return "not a video file (unrecognised data)"
+    if "End of file" in err or "truncat" in err.lower():
+        return "truncated file"
+    return f"unreadable file ({str(exc)[:120]})"
+
+
+def _too_long(duration: float, s: Settings) -> str:
+    return f"too long ({duration:.0f} s > {s.max_duration_s:.0f} s limit)"
+
+
+def _container(fmt_name: str, path: Path) -> str:
+    ext = path.suffix.lower()
+    if fmt_name.startswith("mov,"):
+        return "mov" if ext == ".mov" else "mp4"
+    if fmt_name.startswith("matroska"):
+        return "webm" if ext == ".webm" else "matroska"
+    return fmt_name.split(",")[0]
+
+
+def _rotation(st: dict) -> int:
+    """Clockwise display rotation, following ffmpeg's autorotate (the display matrix is CCW)."""
+    for sd in st.get("side_data_list", []) or []:
+        if "rotation" in sd:
+            return int(round(-float(sd["rotation"]) / 90.0)) * 90 % 360
+    tag = (st.get("tags") or {}).get("rotate")  # very old ffprobe builds
+    if tag is not None:
+        return int(round(float(tag) / 90.0)) * 90 % 360
+    return 0
+
+
+def _rate(s: str | None) -> float:
+    try:
+        r = Fraction(s or "0/0")
+    except (ValueError, ZeroDivisionError):
+        return 0.0
+    return float(r) if r > 0 else 0.0
+
+
+def _float(s) -> float | None:
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(s) -> int | None:
+    try:
+        return int(s)
+    except (TypeError, ValueError):
+        return None

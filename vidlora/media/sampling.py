@@ -1,0 +1,161 @@
+"""Sampling policies: which instants of a video to show the model, and at what size.
+
+Timestamp rule (one rule for every mode, so it is easy to reason about and to test):
+the window ``[start, end)`` is split into ``n`` equal segments and we target each segment's
+centre. ``n`` is ``num_frames`` (uniform) or ``round(window * fps)`` clamped to
+``[min_frames, max_frames]`` (fps mode), and never more than the frames the window holds, so a
+short clip does not yield the same frame twice. The decoder then takes, for every target, the
+frame whose real pts is at or before it (``frames.py``), so the reported timestamps are the
+frames' own, which matters for variable frame rate.
+
+For fps mode without clamping the segment centres are ``start + (k + 0.5) / fps``: the frame in
+the middle of each 1/fps window, which is what ffmpeg's ``fps`` filter gives with ``round=up``
+semantics fixed (plain ``fps=2`` lands half a window late).
+
+Sizes: both sides multiples of 32 (Qwen3.5 vision: patch 16 x spatial merge 2), aspect kept,
+``min_pixels <= w*h <= max_pixels``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, fields
+
+from vidlora.media.probe import BadVideo, ProbeInfo
+
+FACTOR = 32
+KEY_VERSION = "v1"  # bump when plan_timestamps/target_size change what a key produces
+MAX_FRAMES_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    mode: str  # "uniform" | "fps"
+    num_frames: int = 16  # uniform
+    fps: float = 2.0  # fps mode
+    min_frames: int = 4  # fps mode
+    max_frames: int = 32  # fps mode
+    start_s: float | None = None
+    end_s: float | None = None
+    max_pixels: int = 448 * 448
+    min_pixels: int = 64 * 64
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("uniform", "fps"):
+            raise ValueError(f"mode must be 'uniform' or 'fps', not {self.mode!r}")
+        for name in ("num_frames", "min_frames", "max_frames", "max_pixels", "min_pixels"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{name} must be an integer, not {v!r}")
+        if not 1 <= self.num_frames <= MAX_FRAMES_LIMIT:
+            raise ValueError(f"num_frames must be in 1..{MAX_FRAMES_LIMIT}")
+        if not 1 <= self.min_frames <= self.max_frames <= MAX_FRAMES_LIMIT:
+            raise ValueError(f"need 1 <= min_frames <= max_frames <= {MAX_FRAMES_LIMIT}")
+        if not (isinstance(self.fps, (int, float)) and not isinstance(self.fps, bool)
+                and math.isfinite(self.fps) and 0 < self.fps <= 240):
+            raise ValueError("fps must be a number in (0, 240]")
+        for name in ("start_s", "end_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or v < 0):
+                raise ValueError(f"{name} must be a non-negative number or null")
+        if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError("end_s must be greater than start_s")
+        if self.max_pixels < FACTOR * FACTOR:
+            raise ValueError(f"max_pixels must be at least {FACTOR * FACTOR}")
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise ValueError("need 0 < min_pixels <= max_pixels")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SamplingPolicy":
+        """Build from a scenario's ``sampling`` mapping; unknown keys and bad values -> ValueError."""
+        if not isinstance(d, dict):
+            raise ValueError("sampling policy must be a mapping")
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown sampling keys {sorted(unknown)}; allowed: {sorted(known)}")
+        if "mode" not in d:
+            raise ValueError("sampling policy needs 'mode' ('uniform' or 'fps')")
+        kw = dict(d)
+        for name in ("start_s", "end_s", "fps"):  # YAML gives ints for whole numbers
+            if isinstance(kw.get(name), int) and not isinstance(kw.get(name), bool):
+                kw[name] = float(kw[name])
+        return cls(**kw)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def key(self) -> str:
+        """Canonical, stable string naming what this policy produces (a DB unique key).
+
+        Only fields that affect the output appear (fps fields are absent in uniform mode), and
+        numbers are normalised (2 == 2.0), so equal behaviour gives an equal key.
+        """
+        parts = [KEY_VERSION, f"mode={self.mode}"]
+        if self.mode == "uniform":
+            parts.append(f"n={self.num_frames}")
+        else:
+            parts += [f"fps={_num(self.fps)}", f"min={self.min_frames}", f"max={self.max_frames}"]
+        parts += [f"start={_num(self.start_s or 0.0)}",
+                  f"end={'' if self.end_s is None else _num(self.end_s)}",
+                  f"px={self.min_pixels}-{self.max_pixels}"]
+        return ";".join(parts)
+
+    def key_hash(self) -> str:
+        """Short filesystem-safe digest of ``key()`` (for frame directory names)."""
+        return hashlib.sha256(self.key().encode()).hexdigest()[:16]
+
+
+def _num(x: float) -> str:
+    s = f"{float(x):.6f}".rstrip("0").rstrip(".")
+    return s or "0"
+
+
+def plan_timestamps(info: ProbeInfo, policy: SamplingPolicy) -> list[float]:
+    """Target instants (seconds since the first frame), ascending. See the module docstring."""
+    start = policy.start_s or 0.0
+    end = info.duration_s if policy.end_s is None else min(policy.end_s, info.duration_s)
+    if start >= info.duration_s:
+        raise BadVideo(f"sampling window starts at {start:g} s, after the video ends ({info.duration_s:g} s)")
+    window = end - start
+    if policy.mode == "uniform":
+        n = policy.num_frames
+    else:
+        n = min(max(round(window * policy.fps), policy.min_frames), policy.max_frames)
+    # Never ask for more frames than the window holds (+1 for a frame straddling its start).
+    in_window = max(1, math.floor(info.frame_count * window / info.duration_s + 1e-9))
+    n = max(1, min(n, in_window))
+    step = window / n
+    return [round(start + (i + 0.5) * step, 6) for i in range(n)]
+
+
+def target_size(width: int, height: int, max_pixels: int, min_pixels: int) -> tuple[int, int]:
+    """(w, h) for the model: multiples of 32, aspect kept, ``min_pixels <= w*h <= max_pixels``.
+
+    Qwen's ``smart_resize`` with factor 32, plus a final squeeze so that very elongated frames
+    (where one side is pinned at 32) still respect ``max_pixels``. If ``min_pixels`` and the
+    budget cannot both be met, the budget wins.
+    """
+    if width <= 0 or height <= 0:
+        raise ValueError("width and height must be positive")
+    if max_pixels < FACTOR * FACTOR:
+        raise ValueError(f"max_pixels must be at least {FACTOR * FACTOR}")
+    f = FACTOR
+    w = max(f, round(width / f) * f)
+    h = max(f, round(height / f) * f)
+    if w * h > max_pixels:
+        beta = math.sqrt(width * height / max_pixels)
+        w = max(f, math.floor(width / beta / f) * f)
+        h = max(f, math.floor(height / beta / f) * f)
+    elif w * h < min_pixels:
+        beta = math.sqrt(min_pixels / (width * height))
+        w = max(f, math.ceil(width * beta / f) * f)
+        h = max(f, math.ceil(height * beta / f) * f)
+    while w * h > max_pixels:  # only when one side is pinned at 32
+        if w >= h:
+            w = max(f, (max_pixels // h) // f * f)
+        else:
+            h = max(f, (max_pixels // w) // f * f)
+    return w, h
