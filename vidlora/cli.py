@@ -195,5 +195,20 @@ def worker_gpu(loglevel: str) -> None:
     run(loglevel)
 
 
+# -- the main job ------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--serve/--no-serve", default=True, help="Serve the review UI when the batch is done.")
+@click.option("--serve-for", default=0.0, help="Stop serving after this many seconds (0: until Ctrl-C).")
+@click.option("--timeout", default=1800.0, help="Give up waiting for the batch after this many seconds.")
+@click.option("--port", default=None, type=int, help="Port for the review UI (default: VIDLORA_WEB_PORT).")
+def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> None:
+    """Run the sample videos through every scenario end to end, then serve the review UI."""
+    from vidlora.demo import run_demo
+
+    sys.exit(run_demo(serve, serve_for, timeout, port or get_settings().web_port))
+
+
 if __name__ == "__main__":
     main()
