@@ -195,6 +195,38 @@ def worker_gpu(loglevel: str) -> None:
     run(loglevel)
 
 
+# -- operators -----------------------------------------------------------------------------
+
+
+@main.command("audit")
+@click.argument("batch_ids", nargs=-1, type=int)
+def audit_cmd(batch_ids: tuple[int, ...]) -> None:
+    """Count lost, duplicated, stuck and unchecked work (all batches by default)."""
+    from vidlora.audit import audit
+    from vidlora.db import session_scope
+
+    with session_scope() as session:
+        report = audit(session, list(batch_ids) or None)
+    for key, value in report.counts.items():
+        click.echo(f"{key:<22} {value}")
+    sys.exit(0 if report.clean else 1)
+
+
+@main.command()
+def doctor() -> None:
+    """Check services, migrations, queues, GPU workers and adapters; say how to fix problems."""
+    from vidlora.doctor import run_checks
+
+    problems = 0
+    for check in run_checks(get_settings()):
+        mark = "ok  " if check.ok else "FAIL"
+        click.echo(f"[{mark}] {check.name}: {check.detail}")
+        if not check.ok:
+            problems += 1
+            click.echo(f"       fix: {check.fix}")
+    sys.exit(1 if problems else 0)
+
+
 # -- the main job ------------------------------------------------------------------------
 
 

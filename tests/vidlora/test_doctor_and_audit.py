@@ -1,0 +1,51 @@
+"""vidlora.doctor and vidlora.audit against the real test database and Redis."""
+
+from sqlalchemy import select
+
+from vidlora.audit import audit
+from vidlora.config import get_settings
+from vidlora.doctor import run_checks
+
+
+def test_doctor_sees_the_database_broker_and_media(database, broker):
+    checks = {c.name: c for c in run_checks(get_settings())}
+    assert checks["database"].ok and checks["migrations"].ok
+    assert checks["broker"].ok and "queues" in checks["broker"].detail
+    assert checks["media store"].ok and checks["ffmpeg"].ok
+    # Every failing check says how to fix it.
+    assert all(c.fix for c in checks.values() if not c.ok)
+
+
+def test_doctor_reports_a_missing_database_with_a_fix(monkeypatch):
+    from vidlora.config import Settings
+    from vidlora import db
+
+    monkeypatch.setattr(db, "_engine", None)
+    bad = Settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    monkeypatch.setattr(db, "get_settings", lambda: bad)
+    checks = run_checks(bad)
+    assert not checks[0].ok and "VIDLORA_DATABASE_URL" in checks[0].fix
+    db.reset_engine()
+
+
+def test_audit_flags_a_stuck_analysis_and_a_result_without_health(db_session):
+    from vidlora.models import Analysis, Batch, BatchItem, Result, Scenario, Video
+
+    scenario = db_session.scalar(select(Scenario).limit(1))
+    batch = Batch(name="audit", source="cli", scenario_names=[scenario.name])
+    video = Video(sha256="f" * 64, path="videos/x.mp4", original_name="x.mp4", size_bytes=1, status="ready")
+    db_session.add_all([batch, video])
+    db_session.flush()
+    db_session.add(BatchItem(batch_id=batch.id, name="x.mp4", status="stored", video_id=video.id))
+    stuck = Analysis(video_id=video.id, scenario_id=scenario.id, status="running")
+    db_session.add(stuck)
+    db_session.flush()
+    report = audit(db_session, [batch.id])
+    assert report.stuck_analyses == [stuck.id] and not report.clean
+    stuck.status = "done"
+    db_session.add(Result(analysis_id=stuck.id, text="t", prompt_tokens=1, output_tokens=1, latency_s=0.1,
+                          health={}, model="m"))
+    db_session.flush()
+    db_session.expire_all()
+    report = audit(db_session, [batch.id])
+    assert report.stuck_analyses == [] and len(report.unchecked_results) == 1

@@ -1,0 +1,72 @@
+"""Audit the database after any run: what was lost, duplicated, stuck, or stored unchecked.
+
+The fault tests end by running it and require zeros; operators run `vidlora audit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, BatchItem, Result, Upload, Video
+
+
+@dataclass
+class AuditReport:
+    lost_videos: list[str] = field(default_factory=list)
+    duplicated_analyses: list[tuple[int, int]] = field(default_factory=list)
+    duplicated_results: list[int] = field(default_factory=list)
+    stuck_analyses: list[int] = field(default_factory=list)
+    stuck_videos: list[int] = field(default_factory=list)
+    unchecked_results: list[int] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.__dict__.items()}
+
+    @property
+    def clean(self) -> bool:
+        return not any(self.counts.values())
+
+
+def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
+    report = AuditReport()
+    items = select(BatchItem)
+    if batch_ids is not None:
+        items = items.where(BatchItem.batch_id.in_(batch_ids))
+    for item in session.scalars(items):
+        # A stored member must have its video; a video must have its analyses.
+        if item.status == "stored" and (item.video_id is None or session.get(Video, item.video_id) is None):
+            report.lost_videos.append(item.name)
+    uploads = select(Upload).where(Upload.status == "pending")
+    if batch_ids is not None:
+        uploads = uploads.where(Upload.batch_id.in_(batch_ids))
+    report.lost_videos += [f"upload:{u.name}" for u in session.scalars(uploads)]
+    analyses = select(Analysis)
+    if batch_ids is not None:
+        video_ids = select(BatchItem.video_id).where(BatchItem.batch_id.in_(batch_ids))
+        analyses = analyses.where(Analysis.video_id.in_(video_ids))
+    rows = session.scalars(analyses).all()
+    report.stuck_analyses = [a.id for a in rows if a.status not in FINAL_ANALYSIS_STATUSES]
+    report.stuck_videos = sorted({
+        a.video_id for a in rows if a.video.status not in ("ready", "rejected", "failed")
+    })
+    report.duplicated_analyses = [
+        (v, s) for v, s, n in session.execute(
+            select(Analysis.video_id, Analysis.scenario_id, func.count())
+            .group_by(Analysis.video_id, Analysis.scenario_id).having(func.count() > 1)
+        )
+    ]
+    report.duplicated_results = list(session.scalars(
+        select(Result.analysis_id).group_by(Result.analysis_id).having(func.count() > 1)
+    ))
+    ids = [a.id for a in rows]
+    for result in session.scalars(select(Result).where(Result.analysis_id.in_(ids))):
+        if result.health.get("ok") is not True:
+            report.unchecked_results.append(result.id)
+    for analysis in rows:
+        if analysis.status == "done" and analysis.result is None:
+            report.lost_videos.append(f"result-of-analysis:{analysis.id}")
+    return report

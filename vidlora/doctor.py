@@ -1,0 +1,117 @@
+"""`vidlora doctor`: what is wrong with this deployment, and how to fix it."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from vidlora.config import PROJECT_ROOT, Settings
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _database(settings: Settings) -> list[Check]:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import text
+
+    from vidlora.db import get_engine
+
+    try:
+        with get_engine().connect() as conn:
+            conn.execute(text("SELECT 1"))
+            try:
+                current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            except Exception:
+                current = None
+    except Exception as exc:
+        return [Check("database", False, f"cannot connect: {type(exc).__name__}: {exc}"[:300],
+                      "start PostgreSQL or set VIDLORA_DATABASE_URL")]
+    head = ScriptDirectory.from_config(Config(str(PROJECT_ROOT / "alembic.ini"))).get_current_head()
+    return [
+        Check("database", True, settings.database_url.split("@")[-1]),
+        Check("migrations", current == head, f"at {current or 'nothing'}, head is {head}", "run: vidlora db upgrade"),
+    ]
+
+
+def _broker(settings: Settings) -> list[Check]:
+    if not settings.broker_url.startswith("redis"):
+        return [Check("broker", True, f"embedded ({settings.broker_url.split(':', 1)[0]})")]
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.broker_url, socket_timeout=5)
+        client.ping()
+        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "?")
+        lengths = {q: client.llen(q) for q in ("cpu", "gpu")}
+    except Exception as exc:
+        return [Check("broker", False, f"cannot reach Redis: {exc}"[:300], "start Redis or set VIDLORA_BROKER_URL")]
+    return [
+        Check("broker", True, f"queues {lengths}"),
+        Check("redis eviction", policy == "noeviction", f"maxmemory-policy {policy}",
+              "set maxmemory-policy noeviction: an evicting Redis silently drops tasks"),
+    ]
+
+
+def _workers_and_adapters(settings: Settings) -> list[Check]:
+    from sqlalchemy import select
+
+    from vidlora.db import session_scope
+    from vidlora.models import Scenario, Worker, utcnow
+
+    checks: list[Check] = []
+    try:
+        with session_scope() as session:
+            workers = session.scalars(select(Worker).where(Worker.status != "stopped")).all()
+            scenarios = session.scalars(select(Scenario).where(Scenario.active)).all()
+            cutoff = utcnow() - timedelta(seconds=3 * settings.heartbeat_s)
+            live = [w for w in workers if w.heartbeat_at.replace(tzinfo=cutoff.tzinfo) >= cutoff]
+            checks.append(Check("gpu workers", bool(live), f"{len(live)} alive: {', '.join(w.name for w in live) or '-'}",
+                                "start one per GPU: vidlora worker gpu"))
+            for w in live:
+                canary = w.last_canary or {}
+                checks.append(Check(f"canary {w.name}", canary.get("ok", True) is not False,
+                                    str(canary.get("detail") or canary or "not run yet")[:200],
+                                    "see the worker log; restart the worker to rebuild its engine"))
+            for s in scenarios:
+                path = Path(s.adapter_path) if s.adapter_path else None
+                ok = path is None or (path / "adapter_config.json").is_file()
+                checks.append(Check(f"adapter {s.name}", ok, str(path) if path else "base model only",
+                                    f"put the PEFT adapter at {path} or fix 'adapter' in the scenario file"))
+    except Exception as exc:
+        checks.append(Check("registry", False, f"{type(exc).__name__}: {exc}"[:300], "fix the database first"))
+    return checks
+
+
+def _media(settings: Settings) -> list[Check]:
+    root = settings.media_root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".doctor-write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return [Check("media store", False, f"{root}: {exc.strerror}", "make the media root writable by the workers")]
+    free_gb = shutil.disk_usage(root).free / 1e9
+    return [Check("media store", free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", "free disk space")]
+
+
+def _tools() -> list[Check]:
+    found = shutil.which("ffmpeg") and shutil.which("ffprobe")
+    return [Check("ffmpeg", bool(found), "ffmpeg and ffprobe on PATH" if found else "missing",
+                  "install ffmpeg (apt-get install ffmpeg)")]
+
+
+def run_checks(settings: Settings) -> list[Check]:
+    checks = _database(settings) + _broker(settings) + _media(settings) + _tools()
+    if checks[0].ok:
+        checks += _workers_and_adapters(settings)
+    return checks
