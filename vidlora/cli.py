@@ -242,5 +242,15 @@ def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> Non
     sys.exit(run_demo(serve, serve_for, timeout, port or get_settings().web_port))
 
 
+def _register_web_commands() -> None:
+    from web.cli import user_group, web_command
+
+    main.add_command(user_group)
+    main.add_command(web_command)
+
+
+_register_web_commands()
+
+
 if __name__ == "__main__":
     main()

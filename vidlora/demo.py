@@ -105,8 +105,6 @@ def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
 
     settings = get_settings()
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    env.setdefault("VIDLORA_SECRET_KEY", secrets.token_hex(32))
-    os.environ["VIDLORA_SECRET_KEY"] = env["VIDLORA_SECRET_KEY"]
     click.echo(f"database: {settings.database_url.split('@')[-1]}   queue: {settings.broker_url.split('@')[-1]}")
     upgrade_database()
     _ensure_model(settings)
@@ -142,7 +140,7 @@ def _serve(port: int, serve_for: float) -> None:
 
     from web import create_app
 
-    server = make_server("127.0.0.1", port, create_app(), threaded=True)
+    server = make_server("127.0.0.1", port, create_app(dev=True), threaded=True)  # dev: a random secret key unless one is set
     if serve_for > 0:
         deadline = time.monotonic() + serve_for
         server.timeout = 0.5

@@ -171,7 +171,7 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
     import numpy as np
 
     w, h = size
-    expr = "+".join(f"eq(pts,{table.pts[i]})" for i in picks)
+    expr = _any_of([f"eq(pts,{table.pts[i]})" for i in picks])
     vf = f"select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-noautorotate",
            "-threads", str(threads or 0), "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-dn",
@@ -192,13 +192,21 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
             rc = proc.wait()
         err.seek(0)
         log = err.read().decode("utf-8", "replace")
-    if rc != 0:
-        tail = [ln for ln in log.splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
-        raise RuntimeError(f"ffmpeg failed: {tail[0][:200]}")
+    if rc != 0:  # report the first error line, not the generic "Conversion failed!"
+        errs = [ln for ln in log.splitlines() if "rror" in ln or "nvalid" in ln] or [f"exit {rc}"]
+        raise RuntimeError(f"ffmpeg failed: {errs[0][:200]}")
     pts = [int(m.group(1)) for m in map(_SHOWINFO.search, log.splitlines()) if m]
     if len(pts) != k:
         raise Mismatch(f"ffmpeg delivered {k} frames but reported {len(pts)} timestamps")
     return pts
+
+
+def _any_of(terms: list[str]) -> str:
+    """OR of terms as a balanced tree: ffmpeg's expression parser rejects a flat chain of ~100+."""
+    if len(terms) <= 8:
+        return "+".join(terms)
+    mid = len(terms) // 2
+    return f"({_any_of(terms[:mid])})+({_any_of(terms[mid:])})"
 
 
 def _read_exact(stream, n: int) -> bytes | None:

@@ -9,8 +9,8 @@ frame whose real pts is at or before it (``frames.py``), so the reported timesta
 frames' own, which matters for variable frame rate.
 
 For fps mode without clamping the segment centres are ``start + (k + 0.5) / fps``: the frame in
-the middle of each 1/fps window, which is what ffmpeg's ``fps`` filter gives with ``round=up``
-semantics fixed (plain ``fps=2`` lands half a window late).
+the middle of each 1/fps window. (We do not use ffmpeg's ``fps`` filter for this: its default
+rounding lands half a window late unless given ``round=up``, and it cannot report real pts.)
 
 Sizes: both sides multiples of 32 (Qwen3.5 vision: patch 16 x spatial merge 2), aspect kept,
 ``min_pixels <= w*h <= max_pixels``.

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import pytest
+from sqlalchemy import select
+
+from tests.web.conftest import PASSWORD
+from vidlora.db import session_scope
+from vidlora.models import Batch, Result, Upload
+
+XSS = "<script>alert(1)</script><b>x</b>"
+
+
+def basic(username: str = "reviewer", password: str = PASSWORD) -> dict[str, str]:
+    token = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture()
+def auth(reviewer) -> dict[str, str]:
+    return basic(reviewer)
+
+
+def test_openapi_documents_every_api_route(app, client):
+    doc = client.get("/api/v1/openapi.json").json  # public, no login
+    assert doc["openapi"].startswith("3.")
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/v1/"):
+            continue
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule[len("/api/v1"):])
+        assert path in doc["paths"], rule.rule
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert method.lower() in doc["paths"][path], f"{method} {rule.rule}"
+    documented = {(p, m) for p, ops in doc["paths"].items() for m in ops}
+    routed = {(re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", r.rule[len("/api/v1"):]), m.lower())
+              for r in app.url_map.iter_rules() if r.rule.startswith("/api/v1/")
+              for m in r.methods - {"HEAD", "OPTIONS"}}
+    assert documented == routed  # nothing documented that does not exist
+
+
+@pytest.mark.parametrize("path", ["/api/v1/batches", "/api/v1/batches/1", "/api/v1/results", "/api/v1/results/1",
+                                  "/api/v1/scenarios", "/api/v1/workers"])
+def test_api_needs_credentials(client, database, path):
+    response = client.get(path)
+    assert response.status_code == 401 and response.json["status"] == 401
+    assert "WWW-Authenticate" not in response.headers  # browsers must not cache Basic credentials
+
+
+def test_wrong_credentials(client, reviewer):
+    assert client.get("/api/v1/batches", headers=basic(reviewer, "wrong")).status_code == 401
+    assert client.get("/api/v1/batches", headers=basic("ghost", "whatever")).status_code == 401
+    assert client.get("/api/v1/batches", headers={"Authorization": "Bearer abc"}).status_code == 401
+
+
+def test_basic_auth_ignores_session(logged_in_client):
+    """With an Authorization header the cookie does not count, even if it is valid."""
+    assert logged_in_client.get("/api/v1/batches").status_code == 200
+    assert logged_in_client.get("/api/v1/batches", headers=basic("reviewer", "wrong")).status_code == 401
+
+
+def test_batches(client, auth, factory):
+    made = factory.batch({"artifact_identification": "x", "tomb_structure": None})
+    listing = client.get("/api/v1/batches?per_page=500", headers=auth).json
+    entry = next(b for b in listing["batches"] if b["id"] == made.batch_id)
+    assert entry["progress"]["total"] == 2 and entry["url"] == f"/api/v1/batches/{made.batch_id}"
+    detail = client.get(f"/api/v1/batches/{made.batch_id}", headers=auth).json
+    assert detail["counts"] == {"done": 1, "running": 1} and detail["finished"] is False
+    assert client.get("/api/v1/batches/99999999", headers=auth).status_code == 404
+
+
+def test_enqueue(client, auth):
+    data = {"scenarios": ["tomb_structure"], "name": "api batch",
+            "files": [(io.BytesIO(b"v" * 64), "clip.webm"), (io.BytesIO(b"z" * 64), "more.zip")]}
+    response = client.post("/api/v1/batches", data=data, headers=auth, content_type="multipart/form-data")
+    assert response.status_code == 201, response.json
+    batch_id = response.json["batch_id"]
+    with session_scope() as session:
+        batch = session.get(Batch, batch_id)
+        assert batch.source == "api" and batch.created_by == "reviewer" and batch.name == "api batch"
+        names = session.scalars(select(Upload.name).where(Upload.batch_id == batch_id).order_by(Upload.id)).all()
+    assert names == ["clip.webm", "more.zip"]
+
+
+@pytest.mark.parametrize("scenarios,filename,message", [
+    (["dragons"], "a.mp4", "Unknown scenario"),
+    (["tomb_structure"], "a.pdf", "Not a video or archive"),
+    ([], "a.mp4", "Choose at least one scenario"),
+])
+def test_enqueue_refused(client, auth, scenarios, filename, message):
+    data = {"scenarios": scenarios, "files": [(io.BytesIO(b"x"), filename)]}
+    response = client.post("/api/v1/batches", data=data, headers=auth, content_type="multipart/form-data")
+    assert response.status_code == 400 and message in response.json["detail"]
+
+
+def test_enqueue_with_session_needs_csrf(logged_in_client):
+    data = {"scenarios": ["tomb_structure"], "files": [(io.BytesIO(b"x"), "a.mp4")]}
+    response = logged_in_client.post("/api/v1/batches", data=data, content_type="multipart/form-data")
+    assert response.status_code == 400 and response.json["status"] == 400
+    data = {"scenarios": ["tomb_structure"], "files": [(io.BytesIO(b"x"), "a.mp4")]}
+    response = logged_in_client.post("/api/v1/batches", data=data, content_type="multipart/form-data",
+                                     headers={"X-CSRFToken": logged_in_client.csrf})
+    assert response.status_code == 201
+
+
+def test_enqueue_too_large(client, auth, app, monkeypatch):
+    monkeypatch.setitem(app.config, "MAX_CONTENT_LENGTH", 1024)
+    data = {"scenarios": ["tomb_structure"], "files": [(io.BytesIO(b"x" * 4096), "a.mp4")]}
+    response = client.post("/api/v1/batches", data=data, headers=auth, content_type="multipart/form-data")
+    assert response.status_code == 413 and "limit" in response.json["detail"]
+
+
+def test_results_with_filters(client, auth, factory):
+    made = factory.batch({"artifact_identification": XSS, "tomb_structure": None})
+    data = client.get(f"/api/v1/results?batch={made.batch_id}", headers=auth).json
+    assert data["total"] == 2 and data["filters"] == {"batch": str(made.batch_id)}
+    done = client.get(f"/api/v1/results?batch={made.batch_id}&status=done", headers=auth).json["results"]
+    assert len(done) == 1 and done[0]["text"] == XSS  # JSON carries the raw text
+    assert client.get("/api/v1/results?review_state=nope", headers=auth).status_code == 400
+    paged = client.get(f"/api/v1/results?batch={made.batch_id}&per_page=1&page=2", headers=auth).json
+    assert paged["page"] == 2 and len(paged["results"]) == 1
+
+
+def test_results_search(client, auth, factory):
+    factory.batch({"artifact_identification": "a carnelian intaglio ring"})
+    rows = client.get("/api/v1/results?q=intaglio", headers=auth).json["results"]
+    assert rows and all("intaglio" in r["final_text"] for r in rows)
+
+
+def test_result_and_review(client, auth, factory):
+    rid = factory.batch().result_ids["artifact_identification"]
+    assert client.get(f"/api/v1/results/{rid}", headers=auth).json["reviews"] == []
+    response = client.post(f"/api/v1/results/{rid}/review", headers=auth,
+                           json={"action": "edit", "text": "A bronze fibula.", "note": "shorter"})
+    assert response.status_code == 200, response.json
+    body = response.json
+    assert body["review_state"] == "edited" and body["final_text"] == "A bronze fibula."
+    assert body["text"] == "A bronze fibula with incised decoration."
+    assert [(r["action"], r["user"], r["note"]) for r in body["reviews"]] == [("edit", "reviewer", "shorter")]
+    assert client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"}).json[
+        "review_state"] == "approved"
+    with session_scope() as session:
+        assert session.get(Result, rid).edited_text == "A bronze fibula."
+
+
+def test_review_errors(client, auth, factory):
+    rid = factory.batch().result_ids["artifact_identification"]
+    post = lambda **kw: client.post(f"/api/v1/results/{rid}/review", headers=auth, **kw)  # noqa: E731
+    assert post(json={"action": "destroy"}).status_code == 400
+    assert post(json=["approve"]).status_code == 400
+    assert post(json={"action": "edit", "text": 42}).status_code == 400
+    assert post(json={"action": "edit"}).status_code == 400
+    assert client.post("/api/v1/results/99999999/review", headers=auth, json={"action": "approve"}).status_code == 404
+    assert client.get("/api/v1/results/99999999", headers=auth).status_code == 404
+
+
+def test_review_with_session_needs_csrf_header(logged_in_client, factory):
+    rid = factory.batch().result_ids["artifact_identification"]
+    url = f"/api/v1/results/{rid}/review"
+    assert logged_in_client.post(url, json={"action": "approve"}).status_code == 400
+    ok = logged_in_client.post(url, json={"action": "approve"}, headers={"X-CSRFToken": logged_in_client.csrf})
+    assert ok.status_code == 200 and ok.json["review_state"] == "approved"
+
+
+def test_scenarios_and_workers(client, auth, make_worker):
+    make_worker("gpu-api-test", ["tomb_structure"])
+    scenarios = {s["name"]: s for s in client.get("/api/v1/scenarios", headers=auth).json["scenarios"]}
+    assert "gpu-api-test" in scenarios["tomb_structure"]["workers"]
+    assert scenarios["tomb_structure"]["prompt"]
+    workers = {w["name"]: w for w in client.get("/api/v1/workers", headers=auth).json["workers"]}
+    assert workers["gpu-api-test"]["health"] == "ok" and workers["gpu-api-test"]["device"] == "NVIDIA H200"
+
+
+def test_unknown_api_url_is_json(client, auth):
+    response = client.get("/api/v1/nothing", headers=auth)
+    assert response.status_code == 404 and response.json["status"] == 404

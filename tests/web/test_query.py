@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from datetime import date, timedelta
+
+from sqlalchemy import text
+
+from vidlora.db import session_scope
+from vidlora.models import Analysis
+
+XSS = "<script>alert(1)</script><b>x</b>"
+
+
+def _word() -> str:
+    return "zq" + uuid.uuid4().hex[:10]
+
+
+def test_results_page(logged_in_client, factory):
+    word = _word()
+    made = factory.batch({"artifact_identification": f"amphora {word}", "tomb_structure": None})
+    html = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    assert 'data-testid="filter-form"' in html and 'data-testid="export-csv"' in html
+    assert f"amphora {word}" in html
+    assert html.count("data-analysis-id=") == 2
+    assert f'href="/results/export.csv?batch={made.batch_id}"' in html
+
+
+def test_filters(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": "one", "tomb_structure": None, "murals_inscriptions": "three"},
+                         review_state="approved")
+    base = f"/results/?batch={made.batch_id}"
+    count = lambda q: logged_in_client.get(base + q).get_data(as_text=True).count("data-analysis-id=")  # noqa: E731
+    assert count("") == 3
+    assert count("&scenario=tomb_structure") == 1
+    assert count("&status=done") == 2
+    assert count("&status=running") == 1
+    assert count("&review_state=approved") == 2
+    assert count("&review_state=rejected") == 0
+    today = date.today()
+    assert count(f"&date_from={today - timedelta(days=1)}&date_to={today + timedelta(days=1)}") == 3
+    assert count(f"&date_from={today + timedelta(days=2)}") == 0
+
+
+def test_bad_filters(logged_in_client, database):
+    for query in ("status=exploded", "review_state=maybe", "batch=abc", "date_from=yesterday",
+                  "date_from=2026-02-01&date_to=2026-01-01", "q=" + "x" * 600):
+        response = logged_in_client.get("/results/?" + query)
+        assert response.status_code == 400, query
+        assert b'data-testid="filter-error"' in response.data
+    assert logged_in_client.get("/results/export.csv?status=exploded").status_code == 400
+
+
+def test_full_text_search_finds_a_word(logged_in_client, factory):
+    word = _word()
+    made = factory.batch({"artifact_identification": f"Fragments of a {word} near the threshold.",
+                          "tomb_structure": "A vaulted chamber."})
+    html = logged_in_client.get(f"/results/?q={word}").get_data(as_text=True)
+    assert html.count("data-analysis-id=") == 1 and word in html
+    # stemming: the plural form finds the singular
+    html = logged_in_client.get(f"/results/?q=vaulted+chambers&batch={made.batch_id}").get_data(as_text=True)
+    assert html.count("data-analysis-id=") == 1
+    # web-search syntax: exclusion
+    html = logged_in_client.get(f"/results/?q=chamber+-vaulted&batch={made.batch_id}").get_data(as_text=True)
+    assert html.count("data-analysis-id=") == 0
+
+
+def test_search_uses_edited_text(logged_in_client, factory):
+    word = _word()
+    rid = factory.batch({"artifact_identification": "plain"}).result_ids["artifact_identification"]
+    logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "text": f"corrected {word}"})
+    assert f'data-result-id="{rid}"' in logged_in_client.get(f"/results/?q={word}").get_data(as_text=True)
+
+
+def test_search_can_use_the_gin_index(database):
+    from web.query.filters import ResultFilters, build_query
+
+    stmt = build_query(ResultFilters(q="amphora"), postgres=True)
+    with session_scope() as session:
+        session.execute(text("SET LOCAL enable_seqscan = off"))
+        sql = str(stmt.compile(session.get_bind(), compile_kwargs={"literal_binds": True}))
+        plan = [row[0] for row in session.connection().exec_driver_sql("EXPLAIN " + sql)]
+    assert any("ix_result_fts" in line for line in plan), plan
+
+
+def test_results_page_escapes_model_output(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": XSS})
+    html = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;" in html
+
+
+def test_pagination_keeps_filters(logged_in_client, factory, app, monkeypatch):
+    made = factory.batch({"artifact_identification": "a", "tomb_structure": "b", "murals_inscriptions": "c"})
+    monkeypatch.setitem(app.config, "PAGE_SIZE", 2)
+    first = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    assert first.count("data-analysis-id=") == 2 and "1–2 of 3" in first
+    assert f"batch={made.batch_id}" in first.split('rel="next"')[0].rsplit("href=", 1)[1]
+    second = logged_in_client.get(f"/results/?batch={made.batch_id}&page=2").get_data(as_text=True)
+    assert second.count("data-analysis-id=") == 1
+
+
+def test_csv_export(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": "=HYPERLINK(\"http://x\")", "tomb_structure": None},
+                         video_name="Grab 7 – Süd.mp4")
+    response = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}")
+    assert response.status_code == 200 and response.mimetype == "text/csv"
+    assert "attachment" in response.headers["Content-Disposition"]
+    body = response.get_data(as_text=True)
+    assert body.startswith("\ufeff")
+    rows = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
+    assert len(rows) == 2
+    by_scenario = {r["scenario"]: r for r in rows}
+    done = by_scenario["artifact_identification"]
+    assert done["text"] == "'=HYPERLINK(\"http://x\")"  # neutralised for spreadsheets
+    assert done["video_name"] == "Grab 7 – Süd.mp4" and done["prompt_tokens"] == "1200"
+    assert json.loads(done["health"])["schema_ok"] is True
+    assert by_scenario["tomb_structure"]["status"] == "running" and by_scenario["tomb_structure"]["text"] == ""
+
+
+def test_jsonl_export(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": XSS, "murals_inscriptions": "An inscription."})
+    response = logged_in_client.get(f"/results/export.jsonl?batch={made.batch_id}&status=done")
+    assert response.status_code == 200 and response.mimetype == "application/x-ndjson"
+    rows = [json.loads(line) for line in response.get_data(as_text=True).splitlines()]
+    assert {r["scenario"]: r["text"] for r in rows} == {"artifact_identification": XSS,
+                                                         "murals_inscriptions": "An inscription."}
+    assert all(r["final_text"] == r["text"] and r["review_state"] == "unreviewed" for r in rows)
+
+
+def test_export_with_search(logged_in_client, factory):
+    word = _word()
+    factory.batch({"artifact_identification": f"a {word}"})
+    rows = logged_in_client.get(f"/results/export.jsonl?q={word}").get_data(as_text=True).splitlines()
+    assert len(rows) == 1 and word in rows[0]
+
+
+def test_date_filter_boundaries(logged_in_client, factory):
+    made = factory.batch()
+    with session_scope() as session:
+        analysis = session.get(Analysis, made.analysis_ids["artifact_identification"])
+        analysis.created_at = analysis.created_at.replace(year=2020, month=3, day=15, hour=23)
+    url = f"/results/?batch={made.batch_id}&date_from=2020-03-15&date_to=2020-03-15"
+    assert logged_in_client.get(url).get_data(as_text=True).count("data-analysis-id=") == 1
+    url = f"/results/?batch={made.batch_id}&date_from=2020-03-16"
+    assert logged_in_client.get(url).get_data(as_text=True).count("data-analysis-id=") == 0

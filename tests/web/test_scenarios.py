@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from vidlora.db import session_scope
+from vidlora.models import Worker, utcnow
+from web.scenarios.health import classify
+
+
+def test_scenarios_page(logged_in_client, make_worker):
+    make_worker("gpu-page-test", ["artifact_identification", "murals_inscriptions"])
+    html = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    assert 'data-testid="scenario-card-artifact_identification"' in html
+    assert "List every artifact visible in this video." in html  # the prompt
+    assert "You are an archaeologist cataloguing finds" in html  # the system prompt
+    holders = html.split('data-testid="holders-artifact_identification">')[1].split("</dd>")[0]
+    assert "gpu-page-test" in holders
+    assert 'data-worker="gpu-page-test" data-health="ok"' in html
+    assert "NVIDIA H200" in html and "vllm" in html and "0.11" in html
+
+
+def test_workers_page(logged_in_client, make_worker):
+    make_worker("gpu-stale-test", ["tomb_structure"], age_s=3600)
+    html = logged_in_client.get("/scenarios/workers").get_data(as_text=True)
+    assert 'data-worker="gpu-stale-test" data-health="stale"' in html
+    assert "1 h ago" in html or "60 min ago" in html
+
+
+def test_worker_health_classification():
+    now = utcnow()
+    make = lambda status, age: Worker(name="w", queue="q", status=status, heartbeat_at=now - timedelta(seconds=age))  # noqa: E731
+    assert classify(make("ready", 1), now, 15).health == "ok"
+    assert classify(make("ready", 60), now, 15).health == "stale"
+    assert classify(make("starting", 1), now, 15).health == "starting"
+    assert classify(make("stopped", 1), now, 15).health == "stopped"
+
+
+def test_stale_worker_does_not_count_as_holder(logged_in_client, make_worker):
+    make_worker("gpu-gone-test", ["murals_inscriptions"], age_s=7200)
+    html = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    holders = html.split('data-testid="holders-murals_inscriptions">')[1].split("</dd>")[0]
+    assert "gpu-gone-test" not in holders
+    with session_scope() as session:
+        assert session.query(Worker).filter(Worker.name == "gpu-gone-test").count() == 1

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import os
+
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+
+XSS = "<script>alert(1)</script><b>x</b>"
+XSS_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"
+
+
+def test_video_page(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": "A bronze fibula.", "tomb_structure": None})
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert 'data-testid="video-player"' in html and f'src="/videos/{made.video_id}/file"' in html
+    assert html.count('data-testid="frame"') == 4
+    assert f"/videos/frames/{made.frame_set_id}/3.jpg" in html
+    assert "0:09.4" in html  # the 4th frame's timestamp (9.38 s)
+    assert "A bronze fibula." in html
+    assert "1200 in · 48 out" in html and "1.25 s" in html and "tiny-qwen" in html and "abc123def456" in html
+    assert 'data-flag="degenerate"' in html and 'data-flag="schema ok"' in html
+    result_id = made.result_ids["artifact_identification"]
+    assert f'data-testid="approve-{result_id}"' in html and f'data-testid="edit-{result_id}"' in html
+    assert "The model is looking at it now" in html  # the running analysis
+
+
+def test_model_output_is_escaped(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": XSS})
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert XSS not in html and XSS_ESCAPED in html
+
+
+def test_frame_served(logged_in_client, factory):
+    made = factory.batch()
+    response = logged_in_client.get(f"/videos/frames/{made.frame_set_id}/0.jpg")
+    assert response.status_code == 200 and response.mimetype == "image/jpeg"
+    assert response.data[:3] == b"\xff\xd8\xff"
+
+
+def test_thumbnail(logged_in_client, factory):
+    made = factory.batch()
+    response = logged_in_client.get(f"/videos/{made.video_id}/thumbnail.jpg")
+    assert response.status_code == 200 and response.mimetype == "image/jpeg"
+
+
+def test_video_file_supports_range(logged_in_client, factory):
+    made = factory.batch()
+    full = logged_in_client.get(f"/videos/{made.video_id}/file")
+    assert full.status_code == 200 and full.mimetype == "video/mp4"
+    assert full.headers["Accept-Ranges"] == "bytes"
+    part = logged_in_client.get(f"/videos/{made.video_id}/file", headers={"Range": "bytes=4-11"})
+    assert part.status_code == 206 and part.data == full.data[4:12]
+    assert part.headers["Content-Range"] == f"bytes 4-11/{len(full.data)}"
+
+
+def test_unknown_ids(logged_in_client, factory):
+    made = factory.batch()
+    assert logged_in_client.get("/videos/99999999").status_code == 404
+    assert logged_in_client.get("/videos/99999999/file").status_code == 404
+    assert logged_in_client.get("/videos/99999999/thumbnail.jpg").status_code == 404
+    assert logged_in_client.get("/videos/frames/99999999/0.jpg").status_code == 404
+    assert logged_in_client.get(f"/videos/frames/{made.frame_set_id}/4.jpg").status_code == 404
+
+
+def test_request_paths_never_reach_the_filesystem(logged_in_client, factory):
+    made = factory.batch()
+    for path in (f"/videos/frames/{made.frame_set_id}/../../../../etc/passwd",
+                 f"/videos/frames/{made.frame_set_id}/-1.jpg",
+                 f"/videos/frames/{made.frame_set_id}/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+                 "/videos/..%2f..%2fetc%2fpasswd/file",
+                 f"/videos/{made.video_id}/file/../../../etc/passwd"):
+        response = logged_in_client.get(path)
+        assert response.status_code == 404 or b"root:" not in response.data, path
+        assert b"root:x:" not in response.data
+
+
+def test_stored_paths_outside_media_root_are_refused(logged_in_client, factory):
+    root = get_settings().media_root
+    if not (root / "link-out.jpg").is_symlink():
+        os.symlink("/etc/passwd", root / "link-out.jpg")  # inside the root, pointing out of it
+    with session_scope() as session:
+        video, frame_set = factory.video(session)
+        frame_set.files = ["../../../../../../etc/passwd", "/etc/passwd", "link-out.jpg", "frames"]
+        video.path = "../../../../../../etc/passwd"
+        ids = video.id, frame_set.id
+    for index in range(4):
+        assert logged_in_client.get(f"/videos/frames/{ids[1]}/{index}.jpg").status_code == 404
+    assert logged_in_client.get(f"/videos/{ids[0]}/file").status_code == 404
+    page = logged_in_client.get(f"/videos/{ids[0]}")
+    assert page.status_code == 200 and b"The video file is not available" in page.data
+
+
+def test_video_without_frames_or_results(logged_in_client, factory):
+    with session_scope() as session:
+        video, frame_set = factory.video(session, frames=0)
+        session.delete(frame_set)
+        video_id = video.id
+    html = logged_in_client.get(f"/videos/{video_id}").get_data(as_text=True)
+    assert "No frames sampled yet" in html and "No analyses for this video" in html
+    assert logged_in_client.get(f"/videos/{video_id}/thumbnail.jpg").status_code == 404
+
+
+def test_rejected_video_shows_reason(logged_in_client, factory):
+    with session_scope() as session:
+        video, _ = factory.video(session)
+        video.status, video.reason = "rejected", "no decodable video stream"
+        video_id = video.id
+    html = logged_in_client.get(f"/videos/{video_id}").get_data(as_text=True)
+    assert "no decodable video stream" in html and 'data-status="rejected"' in html
+
+
+def test_frame_set_pending_not_listed(logged_in_client, factory):
+    with session_scope() as session:
+        video, frame_set = factory.video(session)
+        frame_set.status = "pending"
+        video_id = video.id
+    assert b"No frames sampled yet" in logged_in_client.get(f"/videos/{video_id}").data
+
+
+def test_ready_video_is_not_called_queued(logged_in_client, factory):
+    made = factory.batch()
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert 'data-testid="video-status">ready</span>' in html

@@ -1,0 +1,93 @@
+"""The vidlora web app: upload, progress, frames, review, query, and a JSON API.
+
+``create_app(test_config=None)`` follows the flaskr factory: defaults from vidlora's typed
+settings, overridden by a test dict; extensions bound with ``init_app``; one blueprint per
+feature. The app is a thin layer over the database: batches start through
+``vidlora.submit.submit_streams`` and progress is read with ``vidlora.status.batch_view``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from flask import Flask
+
+from vidlora.config import get_settings
+
+log = logging.getLogger(__name__)
+
+
+class InsecureSecretKey(RuntimeError):
+    """Refusing to sign sessions with an empty secret outside development."""
+
+
+def _secret_key(app: Flask, dev: bool) -> str:
+    key = app.config.get("SECRET_KEY") or get_settings().secret_key
+    if key:
+        return key
+    if app.testing or dev:
+        # A per-process key: sessions do not survive a restart, which is fine for a demo.
+        app.logger.warning(
+            "VIDLORA_SECRET_KEY is not set: using a random secret key for this development "
+            "server only; logins end when it restarts. Set VIDLORA_SECRET_KEY in production."
+        )
+        return secrets.token_hex(32)
+    raise InsecureSecretKey(
+        "VIDLORA_SECRET_KEY is empty. Set it to a long random value (for example the output of "
+        "`python -c 'import secrets; print(secrets.token_hex(32))'`), or start the development "
+        "server with `vidlora web --dev`."
+    )
+
+
+def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> Flask:
+    """Build the app. ``dev=True`` allows a random secret key (embedded demo only)."""
+    settings = get_settings()
+    app = Flask(__name__)
+    app.config.from_mapping(
+        MAX_CONTENT_LENGTH=settings.max_upload_bytes,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        REMEMBER_COOKIE_HTTPONLY=True,
+        REMEMBER_COOKIE_SAMESITE="Lax",
+        # CSRF is enforced in web.security (so token-authenticated API calls can skip it);
+        # the token itself lives for the session, not one hour: reviewers keep tabs open.
+        WTF_CSRF_CHECK_DEFAULT=False,
+        WTF_CSRF_TIME_LIMIT=None,
+        PAGE_SIZE=50,
+        POLL_INTERVAL_MS=2000,
+    )
+    if test_config is not None:
+        app.config.from_mapping(test_config)
+    app.config["SECRET_KEY"] = _secret_key(app, dev)
+
+    from web import database, errors, security, template_helpers
+    from web.extensions import csrf, login_manager
+
+    database.init_app(app)
+    csrf.init_app(app)
+    login_manager.init_app(app)
+    security.init_app(app)
+    errors.init_app(app)
+    template_helpers.init_app(app)
+
+    from web.api import bp as api_bp
+    from web.auth import bp as auth_bp
+    from web.batches import bp as batches_bp
+    from web.query import bp as query_bp
+    from web.review import bp as review_bp
+    from web.scenarios import bp as scenarios_bp
+    from web.upload import bp as upload_bp
+    from web.videos import bp as videos_bp
+
+    for bp in (auth_bp, upload_bp, batches_bp, videos_bp, review_bp, query_bp, scenarios_bp, api_bp):
+        app.register_blueprint(bp)
+    app.add_url_rule("/", endpoint="index", view_func=_index)
+    return app
+
+
+def _index():
+    from flask import redirect, url_for
+
+    return redirect(url_for("batches.index"))

@@ -1,0 +1,142 @@
+"""The OpenAPI 3 description of /api/v1, written by hand (a test checks it covers every route)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vidlora.models import ANALYSIS_STATUSES, REVIEW_ACTIONS, REVIEW_STATES
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict, description: str = "OK") -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ERRORS = {
+    "400": _json(_ref("Error"), "Bad request (the detail says what to fix)"),
+    "401": _json(_ref("Error"), "Not signed in, or wrong credentials"),
+}
+NOT_FOUND = {"404": _json(_ref("Error"), "No such object")}
+ID = lambda name: {"name": name, "in": "path", "required": True, "schema": {"type": "integer"}}  # noqa: E731
+PAGING = [
+    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "default": 1}},
+    {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+]
+RESULT_FILTERS = [
+    {"name": "scenario", "in": "query", "schema": {"type": "string"}, "description": "Scenario name"},
+    {"name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(REVIEW_STATES)}},
+    {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(ANALYSIS_STATUSES)},
+     "description": "Analysis status"},
+    {"name": "batch", "in": "query", "schema": {"type": "integer"}, "description": "Videos of this batch"},
+    {"name": "date_from", "in": "query", "schema": {"type": "string", "format": "date"},
+     "description": "Analyses created on or after this day (UTC)"},
+    {"name": "date_to", "in": "query", "schema": {"type": "string", "format": "date"},
+     "description": "Analyses created on or before this day (UTC)"},
+    {"name": "q", "in": "query", "schema": {"type": "string", "maxLength": 500},
+     "description": "Full-text search in the (edited) result text; web-search syntax: "
+                    "words, \"phrases\", or, -exclude"},
+]
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "properties": {
+        "error": {"type": "string"}, "detail": {"type": "string"}, "status": {"type": "integer"}}},
+    "Analysis": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "scenario": {"type": "string"},
+        "status": {"type": "string", "enum": list(ANALYSIS_STATUSES)},
+        "reason": {"type": "string", "nullable": True}, "attempts": {"type": "integer"}}},
+    "BatchStatus": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string"},
+        "reason": {"type": "string", "nullable": True}, "scenarios": {"type": "array", "items": {"type": "string"}},
+        "finished": {"type": "boolean"}, "uploads_pending": {"type": "integer"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "videos": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string"},
+            "reason": {"type": "string", "nullable": True}, "url": {"type": "string"},
+            "thumb_url": {"type": "string"}, "analyses": {"type": "array", "items": _ref("Analysis")}}}},
+        "rejected": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "reason": {"type": "string"}}}},
+        "skipped": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "reason": {"type": "string"}}}}}},
+    "ResultRow": {"type": "object", "description": "One analysis with its result, if any. "
+                  "Texts are the model's untrusted output: escape before showing as HTML.",
+                  "properties": {k: {"type": t, "nullable": True} for k, t in [
+                      ("analysis_id", "integer"), ("result_id", "integer"), ("video_id", "integer"),
+                      ("video_name", "string"), ("scenario", "string"), ("status", "string"),
+                      ("reason", "string"), ("review_state", "string"), ("text", "string"),
+                      ("edited_text", "string"), ("final_text", "string"), ("prompt_tokens", "integer"),
+                      ("output_tokens", "integer"), ("latency_s", "number"), ("finish_reason", "string"),
+                      ("model", "string"), ("adapter", "string"), ("adapter_version", "string"),
+                      ("health", "object"), ("created_at", "string"), ("finished_at", "string")]}},
+    "Review": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "action": {"type": "string", "enum": list(REVIEW_ACTIONS)},
+        "user": {"type": "string", "nullable": True}, "text": {"type": "string", "nullable": True},
+        "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
+}
+SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
+    "parsed": {"type": "object", "nullable": True}, "reviews": {"type": "array", "items": _ref("Review")}}}]}
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "vidlora API", "version": "1",
+                 "description": "Batch video analysis: start batches, follow progress, query and review "
+                                "results. Authenticate with HTTP Basic (no CSRF token needed), or use the "
+                                "browser session and send the page's CSRF token as X-CSRFToken on writes."},
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"basic": []}, {"session": []}],
+        "components": {
+            "securitySchemes": {
+                "basic": {"type": "http", "scheme": "basic"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "session"},
+            },
+            "schemas": SCHEMAS,
+        },
+        "paths": {
+            "/openapi.json": {"get": {"summary": "This document", "security": [],
+                                      "responses": {"200": _json({"type": "object"})}}},
+            "/scenarios": {"get": {"summary": "Scenarios with adapter, prompts and the workers holding them",
+                                   "responses": {"200": _json({"type": "object"}), **ERRORS}}},
+            "/workers": {"get": {"summary": "GPU workers: heartbeat age, health, device, versions, canary",
+                                 "responses": {"200": _json({"type": "object"}), **ERRORS}}},
+            "/batches": {
+                "get": {"summary": "Batches, newest first, with progress counts", "parameters": PAGING,
+                        "responses": {"200": _json({"type": "object"}), **ERRORS}},
+                "post": {
+                    "summary": "Start a batch: upload videos or one archive, choose scenarios",
+                    "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+                        "type": "object", "required": ["files", "scenarios"], "properties": {
+                            "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                            "scenarios": {"type": "array", "items": {"type": "string"}},
+                            "name": {"type": "string"}}}}}},
+                    "responses": {"201": _json({"type": "object", "properties": {
+                        "batch_id": {"type": "integer"}, "url": {"type": "string"}, "page": {"type": "string"}}},
+                        "Batch started"), **ERRORS, "413": _json(_ref("Error"), "Upload too large")},
+                },
+            },
+            "/batches/{batch_id}": {"get": {
+                "summary": "Progress of one batch, per video and scenario", "parameters": [ID("batch_id")],
+                "responses": {"200": _json(_ref("BatchStatus")), **ERRORS, **NOT_FOUND}}},
+            "/results": {"get": {
+                "summary": "Analyses and results, filtered like the Results page",
+                "parameters": RESULT_FILTERS + PAGING,
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "page": {"type": "integer"}, "per_page": {"type": "integer"}, "total": {"type": "integer"},
+                    "filters": {"type": "object"}, "results": {"type": "array", "items": _ref("ResultRow")}}}),
+                    **ERRORS}}},
+            "/results/{result_id}": {"get": {
+                "summary": "One result with its review history", "parameters": [ID("result_id")],
+                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+            "/results/{result_id}/review": {"post": {
+                "summary": "Approve, reject, edit or annotate a result", "parameters": [ID("result_id")],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["action"], "properties": {
+                        "action": {"type": "string", "enum": list(REVIEW_ACTIONS)},
+                        "text": {"type": "string", "description": "The corrected text (action edit)"},
+                        "note": {"type": "string"}}}}}},
+                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+        },
+    }

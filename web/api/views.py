@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+from flask import abort, current_app, jsonify, request, url_for
+from sqlalchemy import func, select
+from sqlalchemy.orm import selectinload
+
+from vidlora.db import is_postgres
+from vidlora.models import Batch, Result, Review, Scenario
+from vidlora.status import batch_view
+from web.api import bp
+from web.api.auth import api_user
+from web.api.openapi import openapi_document
+from web.batches.progress import summarise, view_dict
+from web.database import get_db
+from web.errors import render_error
+from web.pagination import page_number
+from web.query.filters import FilterError, build_query, count, parse_filters
+from web.query.rows import row_dict
+from web.review.actions import ReviewError, apply_review
+from web.scenarios.health import holders, worker_health
+from web.upload.service import UploadError, from_request, start_batch
+
+MAX_PER_PAGE = 500
+
+
+def _per_page() -> int:
+    try:
+        return min(MAX_PER_PAGE, max(1, int(request.args.get("per_page", current_app.config["PAGE_SIZE"]))))
+    except ValueError:
+        return current_app.config["PAGE_SIZE"]
+
+
+@bp.errorhandler(FilterError)
+@bp.errorhandler(ReviewError)
+@bp.errorhandler(UploadError)
+def bad_request(exc: ValueError):
+    return render_error(400, str(exc))
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return jsonify(openapi_document())
+
+
+@bp.get("/scenarios")
+def scenarios():
+    session = get_db()
+    held = holders(worker_health(session))
+    rows = session.scalars(select(Scenario).order_by(Scenario.name)).all()
+    return jsonify(scenarios=[{
+        "name": s.name, "title": s.title, "description": s.description, "active": s.active,
+        "adapter_path": s.adapter_path, "adapter_version": s.adapter_version,
+        "system_prompt": s.system_prompt, "prompt": s.prompt, "sampling": s.sampling,
+        "generation": s.generation, "output_schema": s.output_schema,
+        "workers": [w.worker.name for w in held.get(s.name, [])],
+    } for s in rows])
+
+
+@bp.get("/workers")
+def workers():
+    return jsonify(workers=[w.as_dict() for w in worker_health(get_db())])
+
+
+@bp.get("/batches")
+def batches():
+    session = get_db()
+    size, page = _per_page(), page_number()
+    total = session.scalar(select(func.count(Batch.id))) or 0
+    rows = session.scalars(select(Batch).order_by(Batch.id.desc()).offset((page - 1) * size).limit(size)).all()
+    summaries = summarise(session, list(rows))
+    return jsonify(page=page, per_page=size, total=total, batches=[{
+        "id": b.id, "name": b.name, "source": b.source, "status": b.status, "reason": b.reason,
+        "scenarios": b.scenario_names, "created_by": b.created_by, "created_at": b.created_at.isoformat(),
+        "progress": summaries[b.id].as_dict(), "url": url_for("api.batch", batch_id=b.id),
+    } for b in rows])
+
+
+@bp.post("/batches")
+def enqueue():
+    req = from_request(request.files.getlist("files"), request.form.getlist("scenarios"), request.form.get("name"))
+    batch_id = start_batch(req, source="api", created_by=api_user().username)
+    return jsonify(batch_id=batch_id, url=url_for("api.batch", batch_id=batch_id),
+                   page=url_for("batches.detail", batch_id=batch_id)), 201
+
+
+@bp.get("/batches/<int:batch_id>")
+def batch(batch_id: int):
+    view = batch_view(get_db(), batch_id)
+    if view is None:
+        abort(404, f"There is no batch {batch_id}.")
+    return jsonify(view_dict(view))
+
+
+@bp.get("/results")
+def results():
+    session = get_db()
+    filters = parse_filters(request.args)
+    size, page = _per_page(), page_number()
+    stmt = build_query(filters, is_postgres())
+    total = count(session, stmt)
+    rows = session.execute(stmt.offset((page - 1) * size).limit(size)).all()
+    return jsonify(page=page, per_page=size, total=total, filters=filters.as_args(),
+                   results=[row_dict(*row) for row in rows])
+
+
+def _result_json(result: Result) -> dict:
+    analysis = result.analysis
+    data = row_dict(analysis, result, analysis.video, analysis.scenario)
+    data["parsed"] = result.parsed
+    data["reviews"] = [{
+        "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
+        "text": r.text, "note": r.note, "created_at": r.created_at.isoformat(),
+    } for r in result.reviews]
+    return data
+
+
+def _result_or_404(result_id: int) -> Result:
+    result = get_db().get(Result, result_id, options=[selectinload(Result.reviews).selectinload(Review.user)])
+    if result is None:
+        abort(404, f"There is no result {result_id}.")
+    return result
+
+
+@bp.get("/results/<int:result_id>")
+def result(result_id: int):
+    return jsonify(_result_json(_result_or_404(result_id)))
+
+
+@bp.post("/results/<int:result_id>/review")
+def review(result_id: int):
+    session = get_db()
+    result = _result_or_404(result_id)
+    body = request.get_json(silent=True) if request.is_json else request.form
+    if not isinstance(body, dict) and not hasattr(body, "get"):
+        raise ReviewError("Send a JSON object with action, and text or note where needed.")
+    text, note = body.get("text"), body.get("note")
+    if (text is not None and not isinstance(text, str)) or (note is not None and not isinstance(note, str)):
+        raise ReviewError("text and note must be strings.")
+    apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note)
+    session.commit()
+    return jsonify(_result_json(result))

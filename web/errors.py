@@ -1,0 +1,66 @@
+"""Friendly error pages for people, JSON errors for the API and for XHR/fetch callers."""
+
+from __future__ import annotations
+
+from flask import Flask, jsonify, render_template, request
+from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
+
+from web.template_helpers import human_bytes
+
+MESSAGES = {
+    400: ("Something in that request was not right", "Please go back and try again."),
+    401: ("Please sign in", "You need to sign in to do that."),
+    403: ("Not allowed", "Your account may not do that."),
+    404: ("Not found", "There is nothing here. It may have been removed, or the link is wrong."),
+    405: ("Not allowed", "That page cannot be used this way."),
+    413: ("Upload too large", ""),
+    500: ("Something went wrong on our side", "The error has been logged. Please try again in a moment."),
+}
+
+
+def wants_json() -> bool:
+    if request.path.startswith("/api/"):
+        return True
+    best = request.accept_mimetypes.best_match(["application/json", "text/html"])
+    return best == "application/json" and request.accept_mimetypes[best] > request.accept_mimetypes["text/html"]
+
+
+def _too_large_message(app: Flask) -> str:
+    limit = app.config.get("MAX_CONTENT_LENGTH")
+    size = human_bytes(limit) if limit else "the limit"
+    return (f"The upload is larger than the limit of {size} per upload. Send fewer files at once, "
+            "or ask an administrator to enqueue very large archives from the command line.")
+
+
+def render_error(code: int, detail: str | None = None):
+    title, text = MESSAGES.get(code, ("Error", ""))
+    text = detail or text
+    if wants_json():
+        return jsonify(error=title, detail=text, status=code), code
+    return render_template("errors/error.html", code=code, title=title, detail=text), code
+
+
+def init_app(app: Flask) -> None:
+    render = render_error
+
+    @app.errorhandler(CSRFError)
+    def csrf_error(exc: CSRFError):
+        return render(400, "This form has expired or was not sent from this site. "
+                           "Reload the page and try again.")
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(exc: RequestEntityTooLarge):
+        return render(413, _too_large_message(app))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        if exc.code in (301, 302, 303, 307, 308) or exc.code is None:
+            return exc
+        # abort(404, "No batch 7") gives its own text; werkzeug's stock text is replaced.
+        detail = exc.description if exc.description != type(exc).description else None
+        return render(exc.code, detail)
+
+    @app.errorhandler(InternalServerError)
+    def server_error(exc: InternalServerError):
+        return render(500)

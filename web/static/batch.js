@@ -1,0 +1,85 @@
+/* Batch page: redraw the progress grid from status.json every few seconds until finished. */
+"use strict";
+(function () {
+  var V = window.vidlora;
+  var root = document.getElementById("batch");
+  if (!root || root.dataset.finished === "true") return;
+  var url = root.dataset.statusUrl, every = parseInt(root.dataset.pollMs, 10) || 2000;
+  var final = {done: 1, failed: 1, rejected: 1};
+
+  var videoLabels = {registered: "received", probing: "checking"};
+  function badge(status, reason, isVideo) {
+    return V.el("span", {"class": "status status-" + status, "data-status": status,
+                         title: reason || (isVideo ? "" : V.statusHint[status] || ""),
+                         text: isVideo ? (videoLabels[status] || status) : V.statusLabel(status)});
+  }
+  function row(video, scenarios) {
+    var by = {};
+    video.analyses.forEach(function (a) { by[a.scenario] = a; });
+    var link = V.el("a", {href: video.url}, [
+      V.el("img", {"class": "thumb", alt: "", loading: "lazy", src: video.thumb_url}),
+      V.el("span", {text: video.name})
+    ]);
+    var cells = [V.el("td", {"class": "video-cell"}, [link]),
+                 V.el("td", {}, [badge(video.status, video.reason, true),
+                                 video.reason ? V.el("div", {"class": "reason", text: video.reason}) : null])];
+    scenarios.forEach(function (s) {
+      var a = by[s];
+      var kids = a ? [badge(a.status, a.reason),
+                      a.reason && (a.status === "failed" || a.status === "rejected") ? V.el("div", {"class": "reason", text: a.reason}) : null]
+                   : [V.el("span", {"class": "muted", text: "–"})];
+      cells.push(V.el("td", {"class": "cell", "data-testid": "cell-" + video.id + "-" + s,
+                             "data-scenario": s, "data-status": a ? a.status : "none"}, kids));
+    });
+    return V.el("tr", {"data-video-id": String(video.id)}, cells);
+  }
+  function draw(data) {
+    var rows = document.getElementById("progress-rows");
+    var old = {};
+    rows.querySelectorAll("tr").forEach(function (tr) { old[tr.dataset.videoId] = tr; });
+    rows.textContent = "";
+    data.videos.forEach(function (v) {
+      var fresh = row(v, data.scenarios), prev = old[String(v.id)];
+      // Keep the old thumbnail element when it already loaded, so pictures do not flicker.
+      if (prev) {
+        var img = prev.querySelector("img.thumb");
+        if (img && img.naturalWidth) fresh.querySelector("img.thumb").replaceWith(img);
+      }
+      rows.appendChild(fresh);
+    });
+    document.getElementById("no-videos").hidden = data.videos.length > 0;
+    var counts = data.counts, total = 0, finished = 0, parts = [];
+    Object.keys(counts).sort().forEach(function (k) {
+      total += counts[k];
+      if (final[k]) finished += counts[k];
+      parts.push(counts[k] + " " + k);
+    });
+    var bar = document.getElementById("batch-bar");
+    bar.max = Math.max(total, 1);
+    bar.value = finished;
+    document.getElementById("batch-counts").textContent = parts.join(", ");
+    var state = document.getElementById("batch-state");
+    state.dataset.status = data.finished ? "finished" : data.status;
+    state.textContent = data.finished ? "Finished" : (data.status === "ingesting" ? "Receiving and checking files…" : "Analysing…");
+    var members = document.getElementById("member-list");
+    members.textContent = "";
+    data.rejected.forEach(function (m) {
+      members.appendChild(V.el("li", {"data-status": "rejected"}, [V.el("strong", {text: m.name}), document.createTextNode(" — rejected: " + m.reason)]));
+    });
+    data.skipped.forEach(function (m) {
+      members.appendChild(V.el("li", {"data-status": "skipped"}, [V.el("strong", {text: m.name}), document.createTextNode(" — skipped: " + m.reason)]));
+    });
+    document.getElementById("not-analysed").hidden = !(data.rejected.length || data.skipped.length);
+    root.dataset.finished = data.finished ? "true" : "false";
+  }
+  function poll() {
+    fetch(url, {headers: {Accept: "application/json"}, credentials: "same-origin"})
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(function (data) {
+        draw(data);
+        if (!data.finished) setTimeout(poll, every);
+      })
+      .catch(function () { setTimeout(poll, every * 3); });  // server busy or restarting
+  }
+  setTimeout(poll, every);
+})();

@@ -1,0 +1,113 @@
+"""Jinja filters and globals: sizes, times, durations, status labels, health flags."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import Flask
+
+# What people see for each analysis status; the raw status stays in data-status attributes.
+STATUS_LABELS = {
+    "pending": "queued",
+    "ready": "queued",
+    "queued": "queued",
+    "running": "running",
+    "done": "done",
+    "failed": "failed",
+    "rejected": "rejected",
+}
+STATUS_HINTS = {
+    "pending": "Waiting for its frames to be sampled",
+    "ready": "Frames ready; waiting for a GPU worker",
+    "queued": "Sent to a GPU worker",
+    "running": "The model is looking at it now",
+    "done": "Finished",
+    "failed": "Failed after retries",
+    "rejected": "Not analysable",
+}
+# Video statuses are a different set: "ready" means probed and accepted, not "waiting".
+VIDEO_LABELS = {"registered": "received", "probing": "checking", "ready": "ready", "rejected": "rejected",
+                "failed": "failed"}
+REVIEW_LABELS = {"unreviewed": "not reviewed", "approved": "approved", "rejected": "rejected", "edited": "edited"}
+
+
+def human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return ""
+    value = float(n)
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+def as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def when(value: datetime | None) -> str:
+    return "" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def age(value: datetime | None, now: datetime | None = None) -> str:
+    if value is None:
+        return "never"
+    seconds = ((now or datetime.now(timezone.utc)) - as_utc(value)).total_seconds()
+    if seconds < 90:
+        return f"{max(0, int(seconds))} s ago"
+    if seconds < 5400:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    total = int(round(seconds))
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def timestamp(seconds: float | None) -> str:
+    """Frame timestamps: tenths of a second matter when frames are close together."""
+    if seconds is None:
+        return ""
+    m, s = divmod(float(seconds), 60)
+    return f"{int(m)}:{s:04.1f}"
+
+
+def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(name, value text, good|bad|info) per health entry.
+
+    ``*_ok`` keys are good when true; other booleans are warnings raised when true.
+    """
+    flags = []
+    for key, value in sorted((health or {}).items()):
+        label = key.replace("_", " ")
+        if isinstance(value, bool) or value is None:
+            if value is None:
+                flags.append((label, "n/a", "info"))
+            elif key.endswith("ok"):
+                flags.append((label, "yes" if value else "no", "good" if value else "bad"))
+            else:
+                flags.append((label, "yes" if value else "no", "bad" if value else "good"))
+        elif isinstance(value, float):
+            flags.append((label, f"{value:.3g}", "info"))
+        else:
+            flags.append((label, str(value), "info"))
+    return flags
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.filters.update(
+        human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
+    )
+    app.jinja_env.globals.update(
+        STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
+        health_flags=health_flags,
+    )
