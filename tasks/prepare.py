@@ -7,7 +7,6 @@ time limit in a prefork child, so a file that hangs a decoder costs one attempt,
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -95,7 +94,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
                 select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.policy_key == key)
             )
             if frame_set is None:
-                frame_set = FrameSet(video_id=video_id, policy_key=key, policy=policy.__dict__.copy())
+                frame_set = FrameSet(video_id=video_id, policy_key=key, policy=policy.as_dict())
                 session.add(frame_set)
                 session.flush()
             frame_set_id, done = frame_set.id, frame_set.status == "done"
@@ -116,8 +115,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
 
 
 def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> bool:
-    key_hash = hashlib.sha256(key.encode()).hexdigest()[:16]
-    final_dir = store.frames_dir(video_id, key_hash)
+    final_dir = store.frames_dir(video_id, policy.key_hash())
     work_dir = final_dir.with_name(final_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
     try:

@@ -7,7 +7,7 @@ result can name the exact prompt and adapter version it ran with.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ def _parse_one(entry: dict[str, Any], adapter_root: Path) -> ScenarioSpec:
         prompt=str(entry["prompt"]).strip(),
         system=(str(entry["system"]).strip() if entry.get("system") else None),
         adapter_path=_resolve_adapter(entry.get("adapter"), adapter_root),
-        sampling=asdict(policy),
+        sampling=policy.as_dict(),
         generation=generation,
         output_schema=schema,
     )

@@ -1,0 +1,69 @@
+"""probe() on the generated corpus: facts for good files, a clear reason for each bad one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from vidlora.config import Settings
+from vidlora.media.probe import BadVideo, ProbeInfo, probe
+
+from .conftest import decoded_frame_times
+
+
+def test_good_videos_are_probed(good):
+    expected = {  # name: (container, codec, display w, h, rotation, fps)
+        "h264_mp4": ("mp4", "h264", 320, 240, 0, 30),
+        "vp9_webm": ("webm", "vp9", 320, 240, 0, 25),
+        "mjpeg_avi": ("avi", "mjpeg", 320, 240, 0, 25),
+        "h264_ts": ("mpegts", "h264", 320, 240, 0, 25),
+        "h264_1080p": ("mp4", "h264", 1920, 1080, 0, 30),
+        "portrait_mp4": ("mp4", "h264", 240, 320, 270, 30),
+        "vfr_mp4": ("mp4", "h264", 320, 240, 0, 18),
+        "odd_size_mp4": ("mp4", "h264", 333, 199, 0, 24),
+        "av1_mkv": ("matroska", "av1", 320, 240, 0, 24),
+    }
+    for name, path in good.items():
+        info = probe(path)
+        assert isinstance(info, ProbeInfo)
+        assert (info.container, info.codec, info.width, info.height, info.rotation) == expected[name][:5], name
+        assert info.fps == pytest.approx(expected[name][5], rel=0.01), name
+        # frame_count comes from packets; it must equal what a full decode yields
+        times = decoded_frame_times(path)
+        assert info.frame_count == len(times), name
+        assert info.duration_s == pytest.approx(times[-1] + 1 / 30 if name == "vfr_mp4" else len(times) / info.fps,
+                                                abs=0.01), name
+        assert info.as_dict()["has_video"] is True
+        json.dumps(info.as_dict())
+
+
+def test_portrait_is_portrait_after_rotation(good):
+    info = probe(good["portrait_mp4"])
+    assert info.height > info.width
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                          "stream=width,height", "-of", "csv=p=0", str(good["portrait_mp4"])],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out.startswith("320,240")  # stored landscape; only the display matrix makes it portrait
+
+
+def test_each_bad_video_is_rejected_with_its_reason(bad):
+    for name, (path, reason) in bad.items():
+        with pytest.raises(BadVideo) as exc:
+            probe(path)
+        assert reason in str(exc.value), (name, str(exc.value))
+        assert exc.value.reason == str(exc.value)
+        assert len(exc.value.reason) < 160 and "\n" not in exc.value.reason
+
+
+def test_limits_come_from_settings(good):
+    with pytest.raises(BadVideo, match="too long"):
+        probe(good["h264_mp4"], Settings(max_duration_s=1.0))
+    with pytest.raises(BadVideo, match="resolution too large"):
+        probe(good["h264_1080p"], Settings(max_video_pixels=1280 * 720))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(BadVideo, match="file not found"):
+        probe(tmp_path / "nope.mp4")
