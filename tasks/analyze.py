@@ -13,7 +13,7 @@ import logging
 
 from sqlalchemy import select
 
-from tasks.base import VidloraTask
+from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
@@ -69,6 +69,12 @@ def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
     return (value if isinstance(value, dict) else {"value": value}), True
 
 
+def storable_text(text: str) -> str:
+    """Model output is untrusted bytes-as-text: PostgreSQL text cannot hold NUL, and lone
+    surrogates cannot be encoded; both become U+FFFD so the rest of the output is kept."""
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
 def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
     with session_scope() as session:
         analysis = session.get(Analysis, int(output.request_key))
@@ -84,7 +90,7 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
             parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)
             session.add(Result(
                 analysis_id=analysis.id,
-                text=output.text,
+                text=storable_text(output.text),
                 parsed=parsed,
                 prompt_tokens=output.prompt_tokens,
                 output_tokens=output.output_tokens,
@@ -96,6 +102,13 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
                 adapter_version=analysis.scenario.adapter_version,
             ))
         analysis.status, analysis.reason = "done", None
+
+
+def _fail(analysis_id: int, reason: str) -> None:
+    with session_scope() as session:
+        analysis = session.get(Analysis, analysis_id)
+        if analysis is not None and analysis.status == "running":
+            analysis.status, analysis.reason, analysis.finished_at = "failed", reason, utcnow()
 
 
 def _release(requests: list[AnalysisRequest], reason: str) -> None:
@@ -131,7 +144,13 @@ def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
         return 0
     identity = host.identity()
     for output in outputs:
-        _store(output, identity, runtime.worker_name())
+        try:
+            _store(output, identity, runtime.worker_name())
+        except TRANSIENT_ERRORS:
+            raise  # the database went away: Celery retries the batch; finished rows are skipped
+        except Exception as exc:  # this one output cannot be stored; the others still are
+            log.exception("storing analysis %s failed", output.request_key)
+            _fail(int(output.request_key), f"could not store the result: {type(exc).__name__}: {exc}"[:2000])
     runtime.after_batch()
     return sum(1 for o in outputs if not o.error)
 

