@@ -102,6 +102,8 @@ class Settings(BaseSettings):
             raise ValueError("cpu_time_limit_s must exceed cpu_soft_time_limit_s")
         if self.visibility_timeout_s <= max(self.cpu_time_limit_s, self.gpu_batch_deadline_s):
             raise ValueError("visibility_timeout_s must exceed the longest task")
+        if self.stale_after_s <= self.cpu_time_limit_s:
+            raise ValueError("stale_after_s must exceed cpu_time_limit_s, or running work is re-sent")
         return self
 
     @property

@@ -124,8 +124,12 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
         row.description = spec.description
         row.prompt = spec.prompt
         row.system_prompt = spec.system
+        # A process that cannot see the adapter files (a web container) must not erase the
+        # version a GPU worker recorded.
+        row.adapter_version = adapter_version(spec.adapter_path) or (
+            row.adapter_version if row.adapter_path == spec.adapter_path else None
+        )
         row.adapter_path = spec.adapter_path
-        row.adapter_version = adapter_version(spec.adapter_path)
         row.sampling = spec.sampling
         row.generation = spec.generation
         row.output_schema = spec.output_schema

@@ -84,7 +84,22 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     for bp in (auth_bp, upload_bp, batches_bp, videos_bp, review_bp, query_bp, scenarios_bp, api_bp):
         app.register_blueprint(bp)
     app.add_url_rule("/", endpoint="index", view_func=_index)
+    app.add_url_rule("/healthz", endpoint="healthz", view_func=_healthz)
     return app
+
+
+def _healthz():
+    """Liveness for load balancers and compose: the app answers and reaches its database."""
+    from sqlalchemy import text
+
+    from vidlora.db import get_engine
+
+    try:
+        with get_engine().connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+        return {"ok": False, "error": type(exc).__name__}, 503
+    return {"ok": True}
 
 
 def _index():

@@ -68,3 +68,8 @@ def test_no_template_marks_text_safe():
         text = template.read_text()
         assert "|safe" not in text.replace(" ", ""), template
         assert "autoescape false" not in text, template
+
+
+def test_healthz_answers_without_login_and_checks_the_database(client):
+    resp = client.get("/healthz")
+    assert resp.status_code == 200 and resp.get_json() == {"ok": True}
