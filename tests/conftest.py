@@ -22,13 +22,45 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("VIDLORA_TEST_REDIS", "redis://127.0.0.1:6379")
-REDIS_DB = int(os.environ.get("VIDLORA_TEST_REDIS_DB", "11"))
+
 
 _RUN_DIR = Path(tempfile.mkdtemp(prefix="vidlora-test-"))
 _DB_NAME = f"vidlora_test_{uuid.uuid4().hex[:8]}"
 
 
+def _claim_redis_db() -> int:
+    """A Redis database index of our own: concurrent test sessions on one machine must not
+    consume each other's tasks (a worker would get ids from another session's database)."""
+    import redis
+
+    if "VIDLORA_TEST_REDIS_DB" in os.environ:
+        return int(os.environ["VIDLORA_TEST_REDIS_DB"])
+    client = redis.Redis.from_url(f"{REDIS_URL}/0")
+    for index in range(1, 16):
+        if client.set(f"vidlora-test:db:{index}", _DB_NAME, nx=True, ex=4 * 3600):
+            return index
+    raise RuntimeError("every Redis database index is claimed by another test session")
+
+
+def _release_redis_db(index: int) -> None:
+    import redis
+
+    client = redis.Redis.from_url(f"{REDIS_URL}/0")
+    if client.get(f"vidlora-test:db:{index}") == _DB_NAME.encode():
+        client.delete(f"vidlora-test:db:{index}")
+
+
+REDIS_DB = -1
+
+
+def pytest_unconfigure(config):
+    if REDIS_DB >= 0:
+        _release_redis_db(REDIS_DB)
+
+
 def pytest_configure(config):
+    global REDIS_DB
+    REDIS_DB = _claim_redis_db()
     os.environ.update({
         "VIDLORA_VAR_DIR": str(_RUN_DIR / "var"),
         "VIDLORA_MEDIA_ROOT": str(_RUN_DIR / "media"),
@@ -96,7 +128,7 @@ class WorkerProcess:
     def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=()):
         self.kind, self.log_path = kind, log_path
         env = {**os.environ, **(extra_env or {})}
-        self._log = log_path.open("ab")
+        self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vidlora.cli", "worker", kind, *args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -131,8 +163,9 @@ class WorkerProcess:
 
 @pytest.fixture(scope="session")
 def artifacts_dir() -> Path:
-    path = ROOT / "test-artifacts"
-    path.mkdir(exist_ok=True)
+    """Worker logs, screenshots and reports of this test session (kept after the run)."""
+    path = ROOT / "test-artifacts" / (time.strftime("%Y%m%d-%H%M%S-") + _DB_NAME[-8:])
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
