@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 
 from tasks.base import VidloraTask
 from tasks.celery_app import app
@@ -37,15 +37,34 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
         select(Analysis.video_id).join(Video, Video.id == Analysis.video_id)
         .where(Analysis.status == "pending", Video.status == "ready", Video.updated_at < stale).distinct()
     ))
-    in_flight = session.scalars(
-        select(Analysis).where(
-            Analysis.status.in_(("queued", "running")),
-            or_(Analysis.queued_at < stale, Analysis.queued_at.is_(None)),
-        )
-    ).all()
-    lost = [a.id for a in in_flight if a.worker is None or a.worker not in live]
+    in_flight_query = select(Analysis).where(
+        Analysis.status.in_(("queued", "running")),
+        or_(Analysis.queued_at < stale, Analysis.queued_at.is_(None)),
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        # A row a GPU worker is claiming right now is skipped, and a row that turned final
+        # since the snapshot is re-checked, so a finished analysis is never set back to ready.
+        in_flight_query = in_flight_query.with_for_update(skip_locked=True)
+    in_flight = session.scalars(in_flight_query).all()
+    # "running" on a live worker is that worker's (its batch deadline bounds it). "queued" is
+    # only a message: if the broker lost it (a restart without persistence, a failed publish)
+    # a live worker never sees it, so a stale queued row is re-sent whoever it was meant for.
+    # If the message was only waiting, the first delivery runs it and the other is skipped.
+    lost = [a.id for a in in_flight if a.status == "queued" or a.worker is None or a.worker not in live]
     ready = list(session.scalars(select(Analysis.id).where(Analysis.status == "ready")))
     return {"uploads": uploads, "videos": sorted(set(videos)), "analyses": lost, "ready": ready}
+
+
+def cpu_backlog() -> int | None:
+    """Messages waiting in the cpu queue, or None if the broker cannot say."""
+    from tasks.celery_app import CPU_QUEUE
+
+    try:
+        with app.connection_for_write() as conn:
+            return int(conn.default_channel.queue_declare(CPU_QUEUE, passive=True).message_count)
+    except Exception:  # the broker is down or cannot count: behave as if nothing is waiting
+        log.debug("cannot read the cpu queue length", exc_info=True)
+        return None
 
 
 @app.task(base=VidloraTask, bind=True, name="tasks.reconcile.reconcile")
@@ -55,10 +74,19 @@ def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]
     from tasks.prepare import prepare_video
 
     settings = get_settings()
+    backlog = cpu_backlog()
     with session_scope() as session:
         orphans = find_orphans(session, stale_s if stale_s is not None else settings.stale_after_s, settings.heartbeat_s)
+        if backlog:
+            # Uploads and videos whose message may simply still be waiting in a long queue (a
+            # bulk ingest) are not re-sent until the queue drains; re-sending them every sweep
+            # would add a duplicate per row per sweep and the backlog would only grow.
+            orphans["uploads"], orphans["videos"] = [], []
         for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(orphans["analyses"]))):
             analysis.status, analysis.ready_at, analysis.worker = "ready", utcnow(), None
+        if orphans["videos"]:
+            # Re-send each video at most once per stale period, not once per sweep.
+            session.execute(update(Video).where(Video.id.in_(orphans["videos"])).values(updated_at=utcnow()))
     for upload_id in orphans["uploads"]:
         ingest_upload.delay(upload_id)
     for video_id in orphans["videos"]:
@@ -67,5 +95,5 @@ def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]
         dispatch_ready.delay()
     counts = {k: len(v) for k, v in orphans.items()}
     if any(counts.values()):
-        log.warning("reconcile re-sent orphaned work: %s", counts)
+        log.warning("reconcile re-sent orphaned work: %s (cpu backlog %s)", counts, backlog)
     return counts

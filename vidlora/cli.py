@@ -182,6 +182,9 @@ def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
     ]
     if beat:
         settings = get_settings()
+        # Beat's schedule file lives in var_dir; if the directory is missing the embedded beat
+        # process dies at start while the worker keeps running, and nothing reconciles.
+        settings.var_dir.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", "--schedule", str(settings.var_dir / "celerybeat-schedule")]
     app.worker_main(argv)
 
