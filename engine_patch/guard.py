@@ -1,53 +1,108 @@
-"""Run-time guard: never store a degenerate result as a success; recover and quarantine.
+"""Run-time guard: never store a degenerate result as a success; isolate, recover, quarantine.
 
-The engine host owns the `vllm.LLM`; it hands the guard a factory and calls
-`Guard.generate(...)` (or `check_output` on its own results). See `Guard` for the API.
+One mechanism, wrapped around the engine host's own batch function. The host keeps what
+only it can do (build inputs, ``LLM.enqueue`` + step the engine under a deadline, manage
+LoRA ids, rebuild the engine) and exposes it through the small `GuardedEngine` protocol;
+`Guard.generate` adds everything the guard decides:
+
+1. Requests of a quarantined adapter are refused at once ("adapter quarantined: <why>").
+2. The batch runs once; every output is judged by `check_output` (non-finite logprobs,
+   token-0 runs, all-'!' text, runaway repetition).
+3. A bad output of a batch with mates is re-run alone: a request poisoned by a bad
+   batch-mate comes back healthy and that alone-output is the one kept.
+4. Still bad alone: the recovery ladder runs once per adapter - reset prefix cache (and
+   the multimodal/encoder caches) -> reload the adapter (remove_lora + a fresh LoRARequest
+   id) -> rebuild the engine - with a canary after each step. At the first step whose
+   canary passes, the request is re-run alone once; its verdict then stands.
+5. A ladder that ends with the adapter's canary failing while the base model's canary
+   passes counts one failure against the adapter; `quarantine_after` failures quarantine
+   it. If the base model fails its canary too, the engine is at fault, not the adapter:
+   nothing is counted and the outputs fail with that said.
+
+Every guard event is logged with the vLLM / torch / Triton / ptxas versions and the device
+(`engine_patch.env.versions`), because those decide whether a LoRA kernel miscompiles.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .env import versions
 
 log = logging.getLogger("engine_patch.guard")
+
+DEFAULT_QUARANTINE_AFTER = 2  # ladders that failed for one adapter before it is quarantined
+CANARY_PROMPT = "Describe the picture in one sentence."
+CANARY_TOKENS = 8
+
+
+# -- judging one output -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Health:
     ok: bool
     reason: str | None = None
+    checks: dict[str, Any] = field(default_factory=dict)
 
 
-def check_output(token_ids: Sequence[int], logprobs: Sequence[float] | None, text: str,
-                 *, max_token0_run: int = 4, max_repeat_frac: float = 0.8, min_len_for_repeat: int = 16) -> Health:
-    """Degenerate-output detector. logprobs: the chosen tokens' logprobs (may be None)."""
-    if logprobs is not None and any(not math.isfinite(x) for x in logprobs if x is not None):
-        return Health(False, "non-finite logprobs")
+def _tail_loop_period(token_ids: Sequence[int], repeats: int, max_period: int) -> int | None:
+    """Smallest period p in 2..max_period whose loop fills the last p*repeats tokens."""
+    for period in range(2, max_period + 1):
+        tail = list(token_ids[-period * repeats:])
+        if len(tail) == period * repeats and all(tail[i] == tail[i % period] for i in range(len(tail))):
+            return period
+    return None
+
+
+def check_output(token_ids: Sequence[int], logprobs: Sequence[float | None] | None, text: str, *,
+                 cumulative_logprob: float | None = None, max_token0_run: int = 4,
+                 max_repeat_frac: float = 0.8, min_len_for_repeat: int = 16,
+                 loop_repeats: int = 6, max_loop_period: int = 8) -> Health:
+    """Degenerate-output detector; ``logprobs`` are the chosen tokens' logprobs (or None).
+
+    Every check is computed (``checks``), so a stored result shows how close it came;
+    ``reason`` names the first that failed.
+    """
+    lps = [x for x in (logprobs or []) if x is not None]
+    if cumulative_logprob is not None:
+        lps.append(cumulative_logprob)
+    nonfinite = sum(1 for x in lps if not math.isfinite(x))
     run = best = 0
     for t in token_ids:
         run = run + 1 if t == 0 else 0
         best = max(best, run)
-    if best >= max_token0_run:
-        return Health(False, f"token-0 run of {best}")
     stripped = text.strip()
-    if stripped and set(stripped) == {"!"}:
-        return Health(False, "all-'!' text")
+    all_bang = bool(stripped) and set(stripped) == {"!"}
     n = len(token_ids)
-    if n >= min_len_for_repeat:
-        top = Counter(token_ids).most_common(1)[0][1]
-        if top / n >= max_repeat_frac:
-            return Health(False, f"runaway repetition ({top}/{n} identical tokens)")
-        for period in range(2, 9):  # short loops like "a b a b a b"
-            tail = list(token_ids[-period * 6:])
-            if len(tail) == period * 6 and all(tail[i] == tail[i % period] for i in range(len(tail))):
-                return Health(False, f"runaway repetition (period {period})")
-    return Health(True)
+    top = Counter(token_ids).most_common(1)[0][1] if n else 0
+    long_enough = n >= min_len_for_repeat
+    period = _tail_loop_period(token_ids, loop_repeats, max_loop_period) if long_enough else None
+    checks: dict[str, Any] = {
+        "tokens": n,
+        "logprobs_finite": nonfinite == 0,
+        "token0_run": best,
+        "all_bang": all_bang,
+        "top_token_frac": round(top / n, 3) if n else 0.0,
+        "loop_period": period,
+    }
+    reason = None
+    if nonfinite:
+        reason = f"non-finite logprobs ({nonfinite})"
+    elif best >= max_token0_run:
+        reason = f"token-0 run of {best}"
+    elif all_bang:
+        reason = "all-'!' text"
+    elif long_enough and top / n >= max_repeat_frac:
+        reason = f"runaway repetition ({top}/{n} identical tokens)"
+    elif period is not None:
+        reason = f"runaway repetition (period {period})"
+    return Health(reason is None, reason, checks)
 
 
 def health_of(request_output: Any) -> Health:
@@ -55,10 +110,92 @@ def health_of(request_output: Any) -> Health:
     c = request_output.outputs[0]
     lps = None
     if c.logprobs:
-        lps = [d[t].logprob if t in d else next(iter(d.values())).logprob for t, d in zip(c.token_ids, c.logprobs)]
-    elif c.cumulative_logprob is not None:
-        lps = [c.cumulative_logprob]
-    return check_output(list(c.token_ids), lps, c.text)
+        lps = [d[t].logprob if t in d else float("nan") for t, d in zip(c.token_ids, c.logprobs)]
+    return check_output(list(c.token_ids), lps, c.text, cumulative_logprob=c.cumulative_logprob)
+
+
+# -- canary -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryResult:
+    """Same shape as engine_patch.selfcheck's: what the host records and the guard reads."""
+    ok: bool
+    detail: str
+    tokens: list[int] = field(default_factory=list)
+
+
+def canary(llm: Any, lora_request: Any | None, *, prompt: str = CANARY_PROMPT,
+           max_tokens: int = CANARY_TOKENS) -> CanaryResult:
+    """A few greedy tokens of a fixed prompt through ``llm``, judged by `check_output`.
+
+    The engine must be idle (the host runs it between batches, under its lock).
+    """
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1)
+    out = llm.generate([prompt], params, lora_request=lora_request, use_tqdm=False)[0]
+    h = health_of(out)
+    tokens = list(out.outputs[0].token_ids)
+    return CanaryResult(h.ok, f"{len(tokens)} tokens ok" if h.ok else str(h.reason), tokens)
+
+
+# -- the guard --------------------------------------------------------------------------------
+
+
+class GuardedEngine(Protocol):
+    """What the guard needs from the engine host (workers.engine_host.EngineHost)."""
+
+    def run_batch(self, requests: Sequence[Any]) -> list[Any]:
+        """Run ``requests`` as one batch; one output per request, in order."""
+
+    def check(self, output: Any) -> Health | None:
+        """Judge one output; None for an output that is an error (deadline, bad input...),
+        which is the host's to report and not a degenerate generation."""
+
+    def adapter_of(self, request: Any) -> str | None: ...
+
+    def reset_prefix_cache(self) -> None: ...
+
+    def reload_adapter(self, adapter: str) -> None: ...
+
+    def rebuild_engine(self) -> None: ...
+
+    def canary(self, adapter: str | None, step: str) -> Health: ...
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The guard's word on one request; ``as_health()`` is what the host stores."""
+    ok: bool
+    reason: str | None = None
+    checks: dict[str, Any] = field(default_factory=dict)
+    judged: bool = True  # False: the output is an error the guard does not judge
+    isolated_rerun: bool = False  # the output kept came from a run of this request alone
+    recovery: list[str] = field(default_factory=list)  # ladder steps run for its adapter
+    recovered_by: str | None = None  # the step after which it came back healthy
+    quarantined: bool = False  # refused: its adapter is quarantined
+    runs: int = 1  # engine runs of this request
+
+    @classmethod
+    def of(cls, health: Health | None, **kw: Any) -> "Verdict":
+        if health is None:
+            return cls(ok=False, judged=False, **kw)
+        return cls(ok=health.ok, reason=health.reason, checks=dict(health.checks), **kw)
+
+    def as_health(self) -> dict[str, Any]:
+        return {"ok": self.ok, "reason": self.reason, "checks": self.checks,
+                "isolated_rerun": self.isolated_rerun, "recovery": list(self.recovery),
+                "recovered_by": self.recovered_by, "quarantined": self.quarantined,
+                "runs": self.runs}
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    ok: bool
+    step: str | None  # the step whose canary passed
+    steps: list[str]  # the steps run, in order
+    detail: str | None = None  # why it failed
 
 
 def event(kind: str, **fields: Any) -> dict[str, Any]:
@@ -68,118 +205,144 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
     return rec
 
 
-@dataclass
 class Guard:
-    """Wraps an engine: detects bad results, isolates, recovers, quarantines.
+    """Judges every output of ``engine``; isolates, recovers and quarantines (module doc)."""
 
-    llm_factory() -> vllm.LLM builds a fresh engine (engine_patch.apply() already run).
-    canary(llm, lora_request | None) -> Health runs a known prompt; default: 8 greedy
-    tokens of `canary_prompt` checked with check_output.
-    lora_factory(adapter_name) -> LoRARequest reloads an adapter (new lora_int_id, so
-    vLLM loads fresh weights rather than reusing the cached slot).
-    The host calls `generate(prompts, params, lora_requests)` and gets back
-    (outputs, healths); unhealthy outputs are never to be stored as success.
-    """
+    def __init__(self, engine: GuardedEngine, *, quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
+                 max_events: int = 256) -> None:
+        self.engine = engine
+        self.quarantine_after = max(1, int(quarantine_after))
+        self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self.failures: Counter[str] = Counter()  # failed ladders per adapter
+        self.quarantined: dict[str, str] = {}  # adapter -> why
 
-    llm_factory: Callable[[], Any]
-    lora_factory: Callable[[str], Any] | None = None
-    canary: Callable[[Any, Any], Health] | None = None
-    canary_prompt: str = "Describe the picture in one sentence."
-    quarantine_after: int = 3
-    events: list[dict[str, Any]] = field(default_factory=list)
-    failures: Counter = field(default_factory=Counter)
-    quarantined: set[str] = field(default_factory=set)
-    llm: Any = None
-
-    def __post_init__(self) -> None:
-        if self.llm is None:
-            self.llm = self.llm_factory()
-
-    # -- public API -------------------------------------------------------------------
+    # -- quarantine ---------------------------------------------------------------------
     def is_quarantined(self, adapter: str | None) -> bool:
         return adapter is not None and adapter in self.quarantined
 
-    def generate(self, prompts: list[Any], params: Any, lora_requests: list[Any | None]):
-        """Run a batch; re-run poisoned requests alone; recover for ones bad alone too."""
-        for r in lora_requests:
-            if r is not None and self.is_quarantined(r.lora_name):
-                raise QuarantinedError(r.lora_name)
-        outs = list(self.llm.generate(prompts, params, lora_request=lora_requests, use_tqdm=False))
-        healths = [health_of(o) for o in outs]
-        bad = [i for i, h in enumerate(healths) if not h.ok]
-        if not bad:
-            return outs, healths
-        self.events.append(event("bad_batch", n=len(outs), bad=len(bad),
-                                 reasons=sorted({healths[i].reason for i in bad})))
+    def release(self, adapter: str) -> None:
+        """Forget an adapter's failures (a new version of it was deployed)."""
+        if self.quarantined.pop(adapter, None) is not None:
+            self.note("release", adapter=adapter)
+        self.failures.pop(adapter, None)
+
+    # -- generation ---------------------------------------------------------------------
+    def generate(self, requests: Sequence[Any]) -> list[tuple[Any | None, Verdict]]:
+        """(output, verdict) per request, in order; output is None for a refused request."""
+        results: list[tuple[Any | None, Verdict] | None] = [None] * len(requests)
+        run_idx: list[int] = []
+        for i, req in enumerate(requests):
+            adapter = self.engine.adapter_of(req)
+            if self.is_quarantined(adapter):
+                results[i] = (None, Verdict(ok=False, reason=f"adapter quarantined: {self.quarantined[adapter]}",
+                                            quarantined=True, runs=0))
+            else:
+                run_idx.append(i)
+        if run_idx:
+            outs = self.engine.run_batch([requests[i] for i in run_idx])
+            for i, out in zip(run_idx, outs, strict=True):
+                results[i] = (out, Verdict.of(self.engine.check(out)))
+            bad = [i for i in run_idx if self._bad(results[i])]
+            if bad:
+                self.note("bad_batch", size=len(run_idx), bad=len(bad),
+                            adapters=sorted({str(self.engine.adapter_of(requests[i])) for i in bad}),
+                            reasons=sorted({str(results[i][1].reason) for i in bad}))
+                if len(run_idx) > 1:
+                    bad = self._isolate(requests, results, bad)
+                if bad:
+                    self._recover_all(requests, results, bad)
+        return [r for r in results if r is not None]  # every slot is filled by now
+
+    @staticmethod
+    def _bad(result: tuple[Any | None, Verdict] | None) -> bool:
+        return result is not None and result[1].judged and not result[1].ok
+
+    def _run_alone(self, request: Any, before: Verdict) -> tuple[Any, Verdict]:
+        [out] = self.engine.run_batch([request])
+        v = Verdict.of(self.engine.check(out), isolated_rerun=True, recovery=list(before.recovery),
+                       runs=before.runs + 1)
+        return out, v
+
+    def _isolate(self, requests, results, bad: list[int]) -> list[int]:
+        """Re-run each bad request alone; return those still bad."""
+        still: list[int] = []
         for i in bad:
-            outs[i], healths[i] = self.rerun_isolated(prompts[i], params, lora_requests[i])
-        return outs, healths
+            first = results[i][1]
+            results[i] = self._run_alone(requests[i], first)
+            v = results[i][1]
+            self.note("isolated_rerun", adapter=self.engine.adapter_of(requests[i]), ok=v.ok,
+                        reason=v.reason, batch_reason=first.reason)
+            if self._bad(results[i]):
+                still.append(i)
+        return still
 
-    def rerun_isolated(self, prompt: Any, params: Any, lora: Any | None):
-        """A request poisoned by a bad batch-mate comes back clean alone; if not, recover."""
-        out = self.llm.generate([prompt], params, lora_request=lora, use_tqdm=False)[0]
-        h = health_of(out)
-        name = getattr(lora, "lora_name", None)
-        self.events.append(event("isolated_rerun", adapter=name, ok=h.ok, reason=h.reason))
-        if h.ok:
-            return out, h
-        lora = self.recover(name)
-        if lora is False:
-            return out, h
-        out = self.llm.generate([prompt], params, lora_request=lora, use_tqdm=False)[0]
-        return out, health_of(out)
+    def _recover_all(self, requests, results, bad: list[int]) -> None:
+        by_adapter: dict[str | None, list[int]] = {}
+        for i in bad:
+            by_adapter.setdefault(self.engine.adapter_of(requests[i]), []).append(i)
+        for adapter, idxs in by_adapter.items():
+            rec = self.recover(adapter)
+            for i in idxs:
+                out, v = results[i]
+                v.recovery = list(rec.steps)
+                if not rec.ok:
+                    v.reason = f"{v.reason}; {rec.detail}"
+                    continue
+                out, v2 = self._run_alone(requests[i], v)
+                v2.recovered_by = rec.step if v2.ok else None
+                if not v2.ok and v2.judged:
+                    v2.reason = f"{v2.reason}; still degenerate after {rec.step} (canary ok)"
+                results[i] = (out, v2)
+                self.note("retry_after_recovery", adapter=adapter, step=rec.step, ok=v2.ok,
+                            reason=v2.reason)
 
-    def recover(self, adapter: str | None):
-        """reset prefix cache -> reload adapter -> rebuild engine, canary after each step.
+    # -- recovery ladder ----------------------------------------------------------------
+    def recover(self, adapter: str | None) -> Recovery:
+        """reset prefix cache -> reload adapter -> rebuild engine, a canary after each step."""
+        steps: list[tuple[str, Callable[[], None]]] = [("reset_prefix_cache", self.engine.reset_prefix_cache)]
+        if adapter is not None:
+            steps.append(("reload_adapter", lambda: self.engine.reload_adapter(adapter)))
+        steps.append(("rebuild_engine", self.engine.rebuild_engine))
+        done: list[str] = []
+        last = Health(False, "no step ran")
+        for name, action in steps:
+            done.append(name)
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - a failed step is the next step's job
+                log.exception("guard recovery step %s failed", name)
+                last = Health(False, f"{name} raised {type(exc).__name__}: {exc}")
+                self.note("recovery_step", step=name, adapter=adapter, ok=False, reason=last.reason)
+                continue
+            last = self._canary(adapter, name)
+            self.note("recovery_step", step=name, adapter=adapter, ok=last.ok, reason=last.reason)
+            if last.ok:
+                return Recovery(True, name, done)
+        detail = f"recovery failed ({' -> '.join(done)}): {last.reason}"
+        if adapter is None:
+            self.note("engine_unhealthy", steps=done, reason=last.reason)
+            return Recovery(False, None, done, detail + "; engine unhealthy")
+        base = self._canary(None, "base_after_ladder")
+        if not base.ok:
+            # Not the adapter's fault: count nothing against it.
+            self.note("engine_unhealthy", adapter=adapter, steps=done, reason=base.reason)
+            return Recovery(False, None, done, f"{detail}; base model canary fails too ({base.reason}): "
+                                               "engine unhealthy")
+        self.failures[adapter] += 1
+        n = self.failures[adapter]
+        if n >= self.quarantine_after:
+            self.quarantined[adapter] = f"{last.reason} after {' -> '.join(done)} ({n} failed recoveries)"
+            self.note("quarantine", adapter=adapter, failures=n, reason=self.quarantined[adapter])
+            detail += "; adapter now quarantined"
+        return Recovery(False, None, done, detail)
 
-        Returns the LoRARequest to use (possibly reloaded), or False when the adapter
-        is quarantined / nothing helped."""
-        lora = self.lora_factory(adapter) if (adapter and self.lora_factory) else None
-        steps: list[tuple[str, Callable[[], None]]] = [("reset_prefix_cache", self._reset_prefix_cache)]
-        if adapter and self.lora_factory:
-            steps.append(("reload_adapter", lambda: None))  # a fresh LoRARequest id forces a reload
-        steps.append(("rebuild_engine", self._rebuild))
-        for step, action in steps:
-            action()
-            if step == "reload_adapter":
-                lora = self.lora_factory(adapter)
-            h = self._canary(lora)
-            self.events.append(event("recovery_step", step=step, adapter=adapter, ok=h.ok, reason=h.reason))
-            if h.ok:
-                return lora
-        if adapter:
-            self.failures[adapter] += 1
-            if self.failures[adapter] >= self.quarantine_after:
-                self.quarantined.add(adapter)
-                self.events.append(event("quarantine", adapter=adapter, failures=self.failures[adapter]))
-        return False
+    def _canary(self, adapter: str | None, step: str) -> Health:
+        try:
+            return self.engine.canary(adapter, step)
+        except Exception as exc:  # noqa: BLE001 - a canary that cannot run has failed
+            log.exception("guard canary after %s failed to run", step)
+            return Health(False, f"canary raised {type(exc).__name__}: {exc}")
 
-    # -- steps -------------------------------------------------------------------------
-    def _reset_prefix_cache(self) -> None:
-        reset = getattr(self.llm, "reset_prefix_cache", None)
-        if reset is not None:
-            reset()
-
-    def _rebuild(self) -> None:
-        old, self.llm = self.llm, None
-        shutdown = getattr(getattr(old, "llm_engine", None), "shutdown", None)
-        if callable(shutdown):
-            shutdown()
-        del old
-        import gc
-
-        gc.collect()
-        self.llm = self.llm_factory()
-
-    def _canary(self, lora: Any | None) -> Health:
-        if self.canary is not None:
-            return self.canary(self.llm, lora)
-        from vllm import SamplingParams
-
-        out = self.llm.generate([self.canary_prompt], SamplingParams(temperature=0, max_tokens=8, logprobs=0),
-                                lora_request=lora, use_tqdm=False)[0]
-        return health_of(out)
-
-
-class QuarantinedError(RuntimeError):
-    """The adapter failed recovery `quarantine_after` times; the host must not use it."""
+    def note(self, kind: str, **fields: Any) -> None:
+        """Log and keep a guard event (versions and device included)."""
+        self.events.append(event(kind, **fields))

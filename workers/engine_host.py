@@ -23,21 +23,38 @@ evicts does depend on that order, and vLLM walks a ``set`` of LoRARequests hashe
 may differ from vLLM's. When the engine runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) the mirror is re-synced from vLLM's manager after
 every batch (``vllm_lora_state()``), which removes that ambiguity.
+
+The run-time guard: ``generate`` hands the batch to ``engine_patch.guard.Guard``, which
+calls back into this host through its ``GuardedEngine`` protocol (``run_batch`` is the
+deadline-aware enqueue + step loop above; ``check``, ``adapter_of``, ``reset_prefix_cache``,
+``reload_adapter``, ``rebuild_engine``, ``canary``). So every output passes the guard,
+poisoned batch-mates are re-run alone, the recovery ladder and quarantine act on this
+engine, and every returned ``AnalysisOutput`` carries ``health`` =
+``{"ok", "reason", "checks", "isolated_rerun", "recovery", "recovered_by", "quarantined",
+"runs"}`` with ``error`` set whenever ``ok`` is false. A canary runs when the engine is
+built and after every recovery step; the latest one (plus the quarantined adapters) is
+``last_canary()``, which the worker's heartbeat publishes.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import importlib
+import importlib.util
 import logging
-import math
 import os
 import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine_patch.env import versions
+from engine_patch.guard import DEFAULT_QUARANTINE_AFTER, Guard, Health, Verdict, check_output
 from workers.requests import (
     AnalysisOutput,
     AnalysisRequest,
@@ -72,6 +89,13 @@ class EngineHost:
         self._cpu_cache: OrderedDict[int, None] = OrderedDict()  # mirror of its host LRU
         self._inflight: list[str] = []
         self._last_canary: dict[str, Any] | None = None
+        self._deadline: float | None = None  # absolute (perf_counter) end of the current batch
+        self._budget_s: float | None = None  # that batch's budget, for messages
+        self.rebuilds = 0
+        # The canary: engine_patch.selfcheck's when that module exists, else the guard's own.
+        self._canary_impl: Callable[[Any, Any], Any] = _resolve_canary()
+        self.guard = Guard(self, quarantine_after=int(getattr(
+            settings, "guard_quarantine_after", DEFAULT_QUARANTINE_AFTER)))
 
     # -- engine ------------------------------------------------------------------------------
 
@@ -103,20 +127,29 @@ class EngineHost:
         return kwargs
 
     def start(self) -> None:
-        """Apply engine_patch and build the engine; a second call does nothing."""
+        """Apply engine_patch, build the engine and run the start canary; a second call
+        does nothing."""
         with self._lock:
             if self.llm is not None:
                 return
             self.patch_status = _apply_engine_patch()
-            from vllm import LLM
+            self._build_engine()
+            health = self.canary(None, "start")
+            if not health.ok:
+                # Keep serving: the guard judges every output anyway, and the failed canary
+                # is on the worker's heartbeat row for the operator.
+                self.guard.note("start_canary_failed", reason=health.reason)
 
-            kwargs = self.engine_kwargs()
-            log.info("building vLLM engine: %s", kwargs)
-            t0 = time.perf_counter()
-            self.llm = LLM(**kwargs)
-            self.tokenizer = self.llm.get_tokenizer()
-            self.start_seconds = time.perf_counter() - t0
-            log.info("vLLM engine ready in %.1fs", self.start_seconds)
+    def _build_engine(self) -> None:
+        from vllm import LLM
+
+        kwargs = self.engine_kwargs()
+        log.info("building vLLM engine: %s", kwargs)
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.start_seconds = time.perf_counter() - t0
+        log.info("vLLM engine ready in %.1fs", self.start_seconds)
 
     # -- adapters ----------------------------------------------------------------------------
 
@@ -140,20 +173,36 @@ class EngineHost:
         A name seen again with a different path gets a new id: vLLM caches weights by id,
         so reusing the old id would keep serving the old weights without a word.
         """
-        from vllm.lora.request import LoRARequest
-
         if self._lora_paths.get(name) != path:
             if name in self._lora_paths:
                 log.warning("adapter %s moved from %s to %s: new id", name,
                             self._lora_paths[name], path)
-            self._lora_ids[name] = self._next_lora_id
+                self.guard.release(name)  # a new adapter version starts with a clean record
             self._lora_paths[name] = path
-            # Names show up in vLLM's logs and metrics; tag only a re-pointed adapter.
-            self._lora_names[name] = (f"{name}#{self._next_lora_id}" if name in self._lora_names
-                                      else name)
-            self._next_lora_id += 1
+            self._new_lora_id(name)
+        return self._current_lora(name)
+
+    def _new_lora_id(self, name: str) -> None:
+        # Names show up in vLLM's logs and metrics; tag only a re-pointed/reloaded adapter.
+        self._lora_names[name] = (f"{name}#{self._next_lora_id}" if name in self._lora_names
+                                  else name)
+        self._lora_ids[name] = self._next_lora_id
+        self._next_lora_id += 1
+
+    def _current_lora(self, name: str | None):
+        """The LoRARequest ``name`` is served with now (None: the base model)."""
+        if name is None:
+            return None
+        if name not in self._lora_ids:
+            root = getattr(self.settings, "adapter_root", None)
+            path = Path(root or ".") / name
+            if not (path / "adapter_config.json").is_file():
+                raise RequestError(f"adapter {name!r} is unknown to this engine")
+            return self.lora_request(name, str(path.resolve()))
+        from vllm.lora.request import LoRARequest
+
         return LoRARequest(lora_name=self._lora_names[name], lora_int_id=self._lora_ids[name],
-                           lora_path=path)
+                           lora_path=self._lora_paths[name])
 
     def _touch_adapters(self, lora_ids: list[int]) -> None:
         max_loras = int(self.settings.max_loras)
@@ -185,8 +234,11 @@ class EngineHost:
         return [by_id.get(lid, str(lid)) for lid in self._slots]
 
     def last_canary(self) -> dict[str, Any] | None:
-        """The latest canary result recorded by ``record_canary`` (engine_patch's self-check)."""
-        return self._last_canary
+        """The latest canary result recorded by ``record_canary``, with the adapters the
+        guard has quarantined (adapter -> why); the worker heartbeat publishes it."""
+        if self._last_canary is None:
+            return None
+        return dict(self._last_canary, quarantined=dict(self.guard.quarantined))
 
     def record_canary(self, result: dict[str, Any]) -> None:
         self._last_canary = dict(result, at=time.time())
@@ -214,18 +266,114 @@ class EngineHost:
 
     def generate(self, requests: list[AnalysisRequest],
                  deadline_s: float | None = None) -> list[AnalysisOutput]:
-        """Run ``requests`` as one engine batch; outputs come back in the same order.
+        """Run ``requests`` as one guarded engine batch; outputs come back in the same order.
 
-        ``deadline_s`` is a budget in seconds from the call. A request that cannot be built
-        (missing frame, bad adapter path) fails alone; the rest still run.
+        ``deadline_s`` is a budget in seconds from the call, shared by the guard's re-runs.
+        A request that cannot be built (missing frame, bad adapter path) fails alone; the
+        rest still run. Every output has ``health`` (module docstring); ``error`` is set
+        whenever ``health["ok"]`` is false.
         """
         self.start()
         with self._lock:
-            return self._generate(requests, deadline_s)
+            self._release_redeployed(requests)
+            self._budget_s = deadline_s
+            self._deadline = None if deadline_s is None else time.perf_counter() + float(deadline_s)
+            try:
+                judged = self.guard.generate(requests)
+            finally:
+                self._deadline = self._budget_s = None
+            return [_finish(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
 
-    def _generate(self, requests: list[AnalysisRequest],
-                  deadline_s: float | None) -> list[AnalysisOutput]:
+    def _release_redeployed(self, requests: Sequence[AnalysisRequest]) -> None:
+        # An adapter that now points at another path is a new deployment of it: lift its
+        # quarantine before the guard would refuse it (lora_request then gives it a new id).
+        for req in requests:
+            try:
+                resolved = self._resolve_adapter(req)
+            except RequestError:
+                continue
+            if resolved and self._lora_paths.get(resolved[0], resolved[1]) != resolved[1]:
+                self.guard.release(resolved[0])
+
+    # -- the guard's view of this engine (engine_patch.guard.GuardedEngine) ------------------
+
+    def run_batch(self, requests: Sequence[AnalysisRequest]) -> list[AnalysisOutput]:
+        """One engine batch under the current deadline, unguarded (the guard's primitive)."""
+        with self._lock:
+            self.start()  # a failed rebuild leaves no engine; build one again
+            return self._generate(list(requests))
+
+    def check(self, output: AnalysisOutput) -> Health | None:
+        if output.error is not None:
+            return None  # not a generation: the error speaks for itself
+        return check_output(output.token_ids, output.logprobs, output.text,
+                            cumulative_logprob=output.cumulative_logprob)
+
+    def adapter_of(self, request: AnalysisRequest) -> str | None:
+        if request.adapter_name:
+            return request.adapter_name
+        return Path(request.adapter_path).name if request.adapter_path else None
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached block and cached encoder/multimodal output (recovery step 1)."""
+        with self._lock:
+            self.llm.reset_prefix_cache()
+            for reset in (getattr(self.llm, "reset_mm_cache", None),
+                          getattr(self.llm.llm_engine, "reset_encoder_cache", None)):
+                if callable(reset):
+                    reset()
+
+    def reload_adapter(self, name: str) -> None:
+        """Drop the adapter's weights from vLLM and give it a fresh id (recovery step 2):
+        the next request with it reads the adapter from disk again."""
+        with self._lock:
+            old = self._lora_ids.get(name)
+            if old is None:
+                return  # never loaded here: nothing cached to drop
+            try:
+                self.llm.llm_engine.remove_lora(old)
+            except Exception:  # noqa: BLE001 - the fresh id alone already forces a reload
+                log.warning("remove_lora(%s) for %s failed", old, name, exc_info=True)
+            self._slots.pop(old, None)
+            self._cpu_cache.pop(old, None)
+            self._new_lora_id(name)
+
+    def rebuild_engine(self) -> None:
+        """Shut the engine down and build a new one (recovery step 3)."""
+        with self._lock:
+            old, self.llm, self.tokenizer = self.llm, None, None
+            self._inflight = []
+            self._slots.clear()
+            self._cpu_cache.clear()
+            _shutdown(old)
+            del old
+            gc.collect()
+            _empty_device_cache()
+            self._build_engine()
+            self.rebuilds += 1
+
+    def canary(self, adapter: str | None = None, step: str = "manual") -> Health:
+        """Run the canary on ``adapter`` (None: the base model), record it, judge it."""
+        with self._lock:
+            if self.llm is None:
+                raise RuntimeError("no engine to run the canary on")
+            lora = self._current_lora(adapter)
+            t0 = time.perf_counter()
+            result = self._canary_impl(self.llm, lora)
+            if lora is not None:
+                self._touch_adapters([lora.lora_int_id])
+            self._sync_mirror()
+            ok = bool(result.ok)
+            detail = str(getattr(result, "detail", "") or "")
+            tokens = [int(t) for t in (getattr(result, "tokens", None) or [])][:16]
+            self.record_canary({"ok": ok, "detail": detail, "adapter": adapter, "step": step,
+                                "tokens": tokens, "latency_s": round(time.perf_counter() - t0, 3),
+                                "versions": versions()})
+            return Health(ok, None if ok else f"canary: {detail}", {"canary_tokens": tokens})
+
+    def _generate(self, requests: list[AnalysisRequest]) -> list[AnalysisOutput]:
         t0 = time.perf_counter()
+        deadline_s, deadline = self._budget_s, self._deadline
         results: list[AnalysisOutput | None] = [None] * len(requests)
         inputs: list[dict[str, Any]] = []
         params: list[Any] = []
@@ -260,7 +408,7 @@ class EngineHost:
                 results[batch_index[0]] = AnalysisOutput.failed(
                     requests[batch_index[0]].request_key, f"rejected by engine: {exc}")
                 return [r for r in results if r is not None]
-            return self._generate_one_by_one(requests, results, deadline_s, t0)
+            return self._generate_one_by_one(requests, results)
         self._touch_adapters(order)
         self._inflight = list(internal_ids)
         ext_to_pos = {_external_id(rid): k for k, rid in enumerate(internal_ids)}
@@ -268,7 +416,6 @@ class EngineHost:
             raise RuntimeError(f"cannot map vLLM request ids {internal_ids}")
 
         finished: dict[int, tuple[Any, float]] = {}
-        deadline = None if deadline_s is None else t0 + float(deadline_s)
         timed_out = False
         try:
             while engine.has_unfinished_requests():
@@ -312,12 +459,10 @@ class EngineHost:
                     finish_reason="deadline" if timed_out else "error")
         return [r for r in results if r is not None]
 
-    def _generate_one_by_one(self, requests, results, deadline_s, t0):
+    def _generate_one_by_one(self, requests, results):
         for i, req in enumerate(requests):
-            if results[i] is not None:
-                continue
-            left = None if deadline_s is None else deadline_s - (time.perf_counter() - t0)
-            results[i] = self._generate([req], left)[0]
+            if results[i] is None:
+                results[i] = self._generate([req])[0]
         return [r for r in results if r is not None]
 
     def _abort_leftovers(self) -> None:
@@ -362,7 +507,11 @@ class EngineHost:
                 "torch": torch.__version__,
                 "transformers": _version("transformers"),
                 "peft": _version("peft"),
+                "triton": versions().get("triton"),
+                "ptxas": versions().get("ptxas"),
             },
+            "quarantined": dict(self.guard.quarantined),
+            "engine_rebuilds": self.rebuilds,
             "started": self.started,
             "start_seconds": self.start_seconds,
             "adapter_loads": self.adapter_loads,
@@ -398,8 +547,6 @@ def _to_output(request_key: str, out: Any, latency: float) -> AnalysisOutput:
     comp = out.outputs[0]
     token_ids = list(comp.token_ids)
     logprobs = chosen_logprobs(token_ids, comp.logprobs)
-    finite = all(math.isfinite(x) for x in logprobs) and (
-        comp.cumulative_logprob is None or math.isfinite(comp.cumulative_logprob))
     return AnalysisOutput(
         request_key=request_key,
         text=comp.text,
@@ -412,8 +559,49 @@ def _to_output(request_key: str, out: Any, latency: float) -> AnalysisOutput:
                             else float(comp.cumulative_logprob)),
         logprobs=logprobs,
         error=None,
-        health={"logprobs_finite": finite},
     )
+
+
+def _finish(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict) -> AnalysisOutput:
+    """The output the caller gets: the guard's health on it, ``error`` set unless healthy."""
+    if out is None:  # refused without running (a quarantined adapter)
+        out = AnalysisOutput.failed(req.request_key, verdict.reason or "refused by the guard")
+    health = verdict.as_health()
+    if not verdict.judged:
+        health["reason"] = out.error
+    error = out.error or (None if verdict.ok else f"degenerate output: {verdict.reason}")
+    return replace(out, error=error, health=health)
+
+
+def _resolve_canary() -> Callable[[Any, Any], Any]:
+    """engine_patch.selfcheck.canary(llm, lora_request) when that module exists (an import
+    error inside it is raised, not hidden), else engine_patch.guard.canary: same signature,
+    both return an object with ``ok``, ``detail`` and ``tokens``."""
+    name = "engine_patch.selfcheck"
+    if importlib.util.find_spec(name) is not None:
+        module = importlib.import_module(name)
+        if hasattr(module, "canary"):
+            return module.canary
+    from engine_patch.guard import canary
+
+    return canary
+
+
+def _shutdown(llm: Any) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - a half-dead engine is being replaced anyway
+        log.warning("engine shutdown before rebuild failed", exc_info=True)
+
+
+def _empty_device_cache() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _apply_engine_patch() -> str:

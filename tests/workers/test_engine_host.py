@@ -15,6 +15,8 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
 
+import shutil  # noqa: E402
+
 from workers import tiny_model  # noqa: E402
 from workers.requests import (  # noqa: E402
     AnalysisRequest,
@@ -88,6 +90,25 @@ def make_request(key: str, frames: list[str], adapter: str | None, model_dir: Pa
     return AnalysisRequest(**args)
 
 
+def make_overflow_adapter(src: Path, dst: Path, value: float = 1e30) -> Path:
+    """A copy of adapter ``src`` whose layer-0 MLP down_proj lora_B is ``value`` everywhere.
+
+    Finite on disk (engine_patch's loader accepts it), but the residual stream overflows in
+    bf16 at run time: the realistic shape of the LoRA NaN/inf faults, reaching the engine
+    with no bypass. The tiny model then emits token 0 ('!') at every step.
+    """
+    from safetensors.torch import load_file, save_file
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    weights = dst / "adapter_model.safetensors"
+    tensors = load_file(str(weights))
+    [key] = [k for k in tensors if k.endswith("layers.0.mlp.down_proj.lora_B.weight")]
+    tensors[key] = tensors[key].clone().fill_(value)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    return dst
+
+
 @pytest.fixture(scope="module")
 def alone(host, frames, model_dir) -> dict:
     """Each of base + the scenarios' adapters, each in a batch of its own."""
@@ -135,7 +156,11 @@ def test_video_request(alone) -> None:
     assert out.prompt_tokens > 3 * 16  # 3 frame pairs x (128/32)^2 video tokens + text
     assert all(math.isfinite(x) and x <= 0 for x in out.logprobs)
     assert out.cumulative_logprob == pytest.approx(sum(out.logprobs), abs=1e-3)
-    assert out.health == {"logprobs_finite": True}
+    assert out.health == {
+        "ok": True, "reason": None, "checks": out.health["checks"], "isolated_rerun": False,
+        "recovery": [], "recovered_by": None, "quarantined": False, "runs": 1}
+    assert out.health["checks"]["logprobs_finite"] is True
+    assert out.health["checks"]["tokens"] == out.output_tokens
     assert out.latency_s > 0
 
 
@@ -266,3 +291,57 @@ def test_identity(host, model_dir) -> None:
     assert ident["max_loras"] == 2 and ident["max_lora_rank"] == 8
     assert ident["started"] and ident["in_process_engine"]
     assert ident["device"]
+
+
+@pytest.mark.engine
+def test_start_canary_is_recorded(host) -> None:
+    canary = host.last_canary()
+    assert canary is not None and canary["ok"] is True and canary["adapter"] is None
+    assert canary["tokens"] and canary["at"] > 0 and canary["quarantined"] == {}
+    assert {"vllm", "torch", "triton", "ptxas", "device"} <= set(canary["versions"])
+    assert host.identity()["quarantined"] == {}
+
+
+# The guard on the real engine. Last in the module: it rebuilds the engine and quarantines an
+# adapter, and every earlier test expects a plain engine.
+
+
+@pytest.mark.engine
+def test_overflowing_adapter_never_succeeds_and_gets_quarantined(host, alone, frames, model_dir,
+                                                                 tmp_path) -> None:
+    hot = make_overflow_adapter(model_dir / "adapters" / SCENARIOS[1], tmp_path / "hot")
+    rebuilds = host.rebuilds
+
+    def batch(tag):
+        return [make_request(f"{tag}-base", frames, None, model_dir),
+                make_request(f"{tag}-hot", frames, "hot", model_dir, adapter_path=str(hot)),
+                make_request(f"{tag}-a", frames, SCENARIOS[0], model_dir)]
+
+    base, bad, mate = host.generate(batch("one"))
+    # The bad one fails with a health reason after isolation and the whole ladder.
+    assert bad.error.startswith("degenerate output: token-0 run of")
+    assert bad.health["ok"] is False and bad.health["isolated_rerun"] is True
+    assert bad.health["recovery"] == ["reset_prefix_cache", "reload_adapter", "rebuild_engine"]
+    assert bad.health["checks"]["token0_run"] >= 4 and bad.health["runs"] == 2  # batch + alone
+    assert host.rebuilds == rebuilds + 1
+    # Its batch-mates are healthy and exactly what they give alone.
+    for out, ref in ((base, alone[None]), (mate, alone[SCENARIOS[0]])):
+        assert out.error is None and out.health["ok"] is True and not out.health["isolated_rerun"]
+        assert out.token_ids == ref.token_ids
+    events = [e["event"] for e in host.guard.events]
+    assert {"bad_batch", "isolated_rerun", "recovery_step"} <= set(events)
+    assert host.last_canary()["step"] == "base_after_ladder" and host.last_canary()["ok"]
+
+    # A second failed ladder quarantines it (guard default: 2)...
+    _, bad, _ = host.generate(batch("two"))
+    assert bad.error.endswith("adapter now quarantined")
+    assert set(host.last_canary()["quarantined"]) == {"hot"}
+    assert set(host.identity()["quarantined"]) == {"hot"}
+    # ...after which its requests fail at once, and the engine serves the rest correctly.
+    rebuilds = host.rebuilds
+    base, bad, mate = host.generate(batch("three"))
+    assert bad.error.startswith("adapter quarantined: canary: ") and "token-0 run of" in bad.error
+    assert bad.health["quarantined"] is True and bad.health["runs"] == 0
+    assert host.rebuilds == rebuilds
+    assert base.token_ids == alone[None].token_ids and mate.token_ids == alone[SCENARIOS[0]].token_ids
+    assert base.health["ok"] and mate.health["ok"]

