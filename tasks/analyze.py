@@ -53,6 +53,7 @@ def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list
                     temperature=float(gen.get("temperature", 0.0)),
                     top_p=float(gen.get("top_p", 1.0)),
                     seed=gen.get("seed"),
+                    repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
                 )
             )
     return requests

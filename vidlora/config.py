@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     dispatch_max_wait_s: float = 5.0
     worker_name: str = ""  # default: hostname-pid
     heartbeat_s: float = 15.0
+    # An adapter whose outputs stay degenerate after the whole recovery ladder this many
+    # times is quarantined: its analyses fail at once instead of burning GPU time.
+    guard_quarantine_after: int = 2
 
     # -- web ---------------------------------------------------------------------------
     secret_key: str = ""  # must be set outside development; see web.create_app

@@ -19,8 +19,8 @@ from vidlora.config import Settings
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.models import Scenario
 
-GENERATION_KEYS = {"max_tokens", "temperature", "top_p", "seed"}
-DEFAULT_GENERATION = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "seed": 0}
+GENERATION_KEYS = {"max_tokens", "temperature", "top_p", "seed", "repetition_penalty"}
+DEFAULT_GENERATION = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "seed": 0, "repetition_penalty": 1.0}
 
 
 class ScenarioError(ValueError):

@@ -42,6 +42,7 @@ class AnalysisRequest:
     temperature: float
     top_p: float
     seed: int | None
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ def sampling_params(req: AnalysisRequest):
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
+            repetition_penalty=req.repetition_penalty,
             logprobs=1,  # the chosen token's logprob always comes back; the guard reads it
         )
     except (ValueError, TypeError, _Invalid) as exc:  # e.g. top_p = 0: this request's fault

@@ -78,6 +78,7 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
             frames=[str(settings.media_root / f) for f in fs.files], timestamps=list(fs.timestamps),
             adapter_name=s.name, adapter_path=s.adapter_path, max_tokens=int(gen["max_tokens"]),
             temperature=float(gen["temperature"]), top_p=float(gen["top_p"]), seed=gen.get("seed"),
+            repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
         )
         [alone] = host.generate([req])
         assert alone.error is None, alone.error
