@@ -34,6 +34,12 @@ def apply(*, force: bool = False) -> list[str]:
     global _applied
     if _applied is not None and not force:
         return list(_applied)
+    # The one switch for running vLLM unpatched: reproducing upstream failures, verify
+    # --no-patch, the patch on/off benchmark. Honoured by the plugin hook and direct calls.
+    if os.environ.get("VIDLORA_ENGINE_PATCH", "on") == "off":
+        log.warning("engine_patch: disabled by VIDLORA_ENGINE_PATCH=off; vLLM runs unpatched")
+        _applied = []
+        return []
     ver = vllm_version()
     if not (SUPPORTED[0] <= ver[:2] <= SUPPORTED[1]):
         log.warning("engine_patch: vLLM %s outside the tested range %s..%s; probing anyway",

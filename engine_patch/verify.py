@@ -692,14 +692,8 @@ def _jsonable(x: Any) -> Any:
 
 def _exclude_own_plugin() -> None:
     """--no-patch: vLLM loads general plugins (ours applies every patch) in each process it
-    builds an engine in; allow all the others by name."""
-    if "VLLM_PLUGINS" in os.environ:
-        names = [n for n in os.environ["VLLM_PLUGINS"].split(",") if n and n != "vidlora_engine_patch"]
-    else:
-        from importlib.metadata import entry_points
-
-        names = [ep.name for ep in entry_points(group="vllm.general_plugins") if ep.name != "vidlora_engine_patch"]
-    os.environ["VLLM_PLUGINS"] = ",".join(names)
+    builds an engine in; the plugin's own switch turns it off there too."""
+    os.environ["VIDLORA_ENGINE_PATCH"] = "off"
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Options, argparse.Namespace]:

@@ -18,7 +18,8 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
 
 def run_scenarios(adapters: dict[str, Path], names: str, patched: bool, timeout: int = 600) -> dict:
     """Run scenarios in a fresh interpreter, so patches never leak between cases."""
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO))
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO),
+               VIDLORA_ENGINE_PATCH="on" if patched else "off")
     cmd = [sys.executable, "-m", "tests.engine_patch.scenarios", "--names", names,
            "--adapters", json.dumps({k: str(v) for k, v in adapters.items()})]
     if patched:
