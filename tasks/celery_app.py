@@ -19,6 +19,10 @@ from kombu import Queue
 from vidlora.config import Settings, get_settings
 
 CPU_QUEUE = "cpu"
+# Dispatch and reconcile are short and must not wait behind a bulk upload's thousands of
+# prepare messages, or the GPU idles while frames are ready: they get a queue of their own,
+# consumed by the same CPU workers.
+CONTROL_QUEUE = "control"
 GPU_QUEUE = "gpu"
 
 
@@ -46,8 +50,13 @@ def make_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue=CPU_QUEUE,
-        task_queues=[Queue(CPU_QUEUE), Queue(GPU_QUEUE)],
-        task_routes={"tasks.analyze.*": {"queue": GPU_QUEUE}, "tasks.*": {"queue": CPU_QUEUE}},
+        task_queues=[Queue(CPU_QUEUE), Queue(CONTROL_QUEUE), Queue(GPU_QUEUE)],
+        task_routes={
+            "tasks.analyze.*": {"queue": GPU_QUEUE},
+            "tasks.dispatch.*": {"queue": CONTROL_QUEUE},
+            "tasks.reconcile.*": {"queue": CONTROL_QUEUE},
+            "tasks.*": {"queue": CPU_QUEUE},
+        },
         task_soft_time_limit=settings.cpu_soft_time_limit_s,
         task_time_limit=settings.cpu_time_limit_s,
         broker_transport_options=_transport_options(settings),

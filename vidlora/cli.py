@@ -173,10 +173,10 @@ def worker() -> None:
 @click.option("--loglevel", default="INFO")
 def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
     """Ingest and frame sampling (prefork, hard time limits)."""
-    from tasks.celery_app import CPU_QUEUE, app
+    from tasks.celery_app import CONTROL_QUEUE, CPU_QUEUE, app
 
     argv = [
-        "worker", "--pool=prefork", f"--concurrency={concurrency}", "-Q", CPU_QUEUE,
+        "worker", "--pool=prefork", f"--concurrency={concurrency}", "-Q", f"{CPU_QUEUE},{CONTROL_QUEUE}",
         "--prefetch-multiplier=1", f"--loglevel={loglevel}", "-n", f"cpu-{os.getpid()}@%h",
         "--without-gossip", "--without-mingle",
     ]

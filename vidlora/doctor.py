@@ -51,7 +51,7 @@ def _broker(settings: Settings) -> list[Check]:
         client = redis.Redis.from_url(settings.broker_url, socket_timeout=5)
         client.ping()
         policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "?")
-        lengths = {q: client.llen(q) for q in ("cpu", "gpu")}
+        lengths = {q: client.llen(q) for q in ("cpu", "control", "gpu")}
     except Exception as exc:
         return [Check("broker", False, f"cannot reach Redis: {exc}"[:300], "start Redis or set VIDLORA_BROKER_URL")]
     return [
