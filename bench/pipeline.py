@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     results: dict[str, Any] = {
-        "command": "cd /work/main && .venv/bin/python bench/pipeline.py " + " ".join(argv),
+        "command": ".venv/bin/python bench/pipeline.py " + " ".join(argv),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "redis_db": args.redis_db, "cpu_concurrency": args.cpu_concurrency,
     }

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     scen_file = yaml_dir / "scenarios.yaml"
     scen_file.write_text(SCENARIOS_YAML.format(entries="".join(ENTRY.format(adapter=a) for a in ADAPTERS)))
     results: dict[str, Any] = {
-        "command": "cd /work/main && .venv/bin/python bench/rss.py " + " ".join(argv),
+        "command": ".venv/bin/python bench/rss.py " + " ".join(argv),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
         "videos_requested": args.videos, "every": args.every, "redis_db": args.redis_db,
         "cpu_concurrency": args.cpu_concurrency, "kick_dispatch": not args.no_kick_dispatch,

@@ -1,0 +1,160 @@
+"""Assets for the H200 benchmark: a Qwen3.5-27B-shaped model directory (config only, for
+``load_format="dummy"``) and rank-64 PEFT LoRA adapters on the GDN, attention and MLP
+modules of every language-model layer.
+
+    python -m bench.gpu.assets --out /dev/shm/vl --adapters 20 [--shape 27b|cpu-test]
+
+Why generated on the device machine: 20 rank-64 adapters for 64 layers are ~0.93 GB each
+(~19 GB), far over what a device call can carry; random small values written straight to
+safetensors are all a throughput / memory measurement needs. The tokenizer and processor
+files come from the tiny model (vocabulary 512 < 248320, so every id it makes is valid).
+
+Layout vLLM 0.26 needs (docs: /work/shared/gpu/README.md): ``Qwen3_5ForConditionalGeneration``
+(``model_type: qwen3_5``, ``text_config`` + a small ``vision_config``); adapter keys
+``base_model.model.model.language_model.layers.N.<block>.<module>.lora_{A,B}.weight``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+# Qwen3.5-27B text shape (64 layers, 3 GDN : 1 gated full attention, 48 GDN value heads).
+TEXT_27B = {
+    "hidden_size": 5120,
+    "intermediate_size": 17408,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 48,
+    "vocab_size": 248320,
+    "max_position_embeddings": 262144,
+    "rope_parameters": {
+        "rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10], "mrope_interleaved": True,
+    },
+}
+# Same code path at a size the CPU engine runs in seconds (for checking the scripts).
+TEXT_CPU_TEST = dict(TEXT_27B, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                     linear_num_key_heads=2, linear_num_value_heads=4, vocab_size=1024,
+                     rope_parameters=dict(TEXT_27B["rope_parameters"], mrope_section=[3, 3, 2]))
+
+RANK = 64
+ALPHA = 64  # scale 1: vLLM multiplies lora_B by alpha/r at load
+GDN = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+TINY = Path(__file__).resolve().parents[2] / "var" / "tiny-model" / "base"
+
+
+def model_config(text: dict, tiny_base: Path) -> dict:
+    cfg = json.loads((tiny_base / "config.json").read_text())
+    tc = dict(cfg["text_config"])
+    tc.update(text)
+    n = tc["num_hidden_layers"]
+    tc["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
+    tc["partial_rotary_factor"] = 0.25
+    cfg["text_config"] = tc
+    vc = dict(cfg["vision_config"])
+    vc["out_hidden_size"] = tc["hidden_size"]  # the merger projects into the text width
+    cfg["vision_config"] = vc
+    return cfg
+
+
+def module_shapes(text: dict) -> list[tuple[str, int, int]]:
+    """(PEFT module name, in_features, out_features) for every adapted module."""
+    h, i = text["hidden_size"], text["intermediate_size"]
+    kd, vd = text["linear_key_head_dim"], text["linear_value_head_dim"]
+    nk, nv = text["linear_num_key_heads"], text["linear_num_value_heads"]
+    hd, nq, nkv = text["head_dim"], text["num_attention_heads"], text["num_key_value_heads"]
+    out: list[tuple[str, int, int]] = []
+    for layer in range(text["num_hidden_layers"]):
+        pre = f"base_model.model.model.language_model.layers.{layer}"
+        if (layer + 1) % 4 == 0:
+            out += [(f"{pre}.self_attn.q_proj", h, nq * hd * 2),  # query + output gate
+                    (f"{pre}.self_attn.k_proj", h, nkv * hd),
+                    (f"{pre}.self_attn.v_proj", h, nkv * hd),
+                    (f"{pre}.self_attn.o_proj", nq * hd, h)]
+        else:
+            out += [(f"{pre}.linear_attn.in_proj_qkv", h, 2 * nk * kd + nv * vd),
+                    (f"{pre}.linear_attn.in_proj_z", h, nv * vd),
+                    (f"{pre}.linear_attn.in_proj_b", h, nv),
+                    (f"{pre}.linear_attn.in_proj_a", h, nv),
+                    (f"{pre}.linear_attn.out_proj", nv * vd, h)]
+        out += [(f"{pre}.mlp.gate_proj", h, i), (f"{pre}.mlp.up_proj", h, i),
+                (f"{pre}.mlp.down_proj", i, h)]
+    return out
+
+
+def adapter_params(text: dict) -> int:
+    return sum(RANK * (a + b) for _, a, b in module_shapes(text))
+
+
+def write_adapter(path: Path, text: dict, seed: int, device: str) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator(device=device).manual_seed(seed)
+    tensors = {}
+    for name, fan_in, fan_out in module_shapes(text):
+        # Small random values: A ~ N(0, 1/in), B ~ N(0, 1e-3): finite, non-zero updates.
+        a = torch.randn(RANK, fan_in, generator=g, device=device) / fan_in ** 0.5
+        b = torch.randn(fan_out, RANK, generator=g, device=device) * 1e-3
+        tensors[f"{name}.lora_A.weight"] = a.to(torch.bfloat16).cpu()
+        tensors[f"{name}.lora_B.weight"] = b.to(torch.bfloat16).cpu()
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    cfg = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": None,
+        "r": RANK, "lora_alpha": ALPHA, "lora_dropout": 0.0, "bias": "none",
+        "fan_in_fan_out": False, "inference_mode": True, "use_rslora": False,
+        "target_modules": GDN + ATTN + MLP, "modules_to_save": None,
+        "rank_pattern": {}, "alpha_pattern": {},
+    }
+    (path / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    text = TEXT_27B if shape == "27b" else TEXT_CPU_TEST
+    model = out / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps(model_config(text, tiny_base), indent=2) + "\n")
+    for f in tiny_base.iterdir():  # tokenizer, chat template, processor + generation configs
+        if f.name not in ("config.json", "model.safetensors"):
+            shutil.copy(f, model / f.name)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sizes = []
+    for k in range(n_adapters):
+        sizes.append(write_adapter(out / "adapters" / f"a{k:02d}", text, 1000 + k, device))
+    info = {"shape": shape, "model": str(model), "adapters": n_adapters,
+            "adapter_bytes": sizes[0] if sizes else 0, "adapter_params": adapter_params(text),
+            "rank": RANK, "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "assets.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--adapters", type=int, default=20)
+    p.add_argument("--shape", choices=["27b", "cpu-test"], default="27b")
+    p.add_argument("--tiny-base", type=Path, default=TINY)
+    a = p.parse_args()
+    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base)))
+
+
+if __name__ == "__main__":
+    main()

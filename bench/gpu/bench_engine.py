@@ -1,0 +1,532 @@
+"""Throughput, memory and adapter-swap measurements on one vLLM engine (issue 8).
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 python -m bench.gpu.bench_engine \
+        --assets /dev/shm/vl --label graphs_patch --patch on --json out.json \
+        --phases warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,host_grouped3,...
+
+One engine (built through vidlora's ``EngineHost``, so the worker's own engine arguments
+are what is measured) serves every phase: no LoRA, one adapter, three adapters mixed, three
+grouped by ``workers.dispatcher.group_by_adapter``, ``EngineHost.generate`` against a bare
+``llm.generate`` of the same requests, prefill-only batches for MFU, a torch.profiler
+kernel table, and 20 adapters resident with the swap-in cost. The engine runs in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees its kernels and the
+LoRA manager can be read; both sides of every comparison run the same way.
+
+Requests are text-only stand-ins for the video requests (~2,000 prompt tokens, 128 output
+tokens, ``ignore_eos`` so every request decodes exactly 128): the vision tower is not
+LoRA-adapted and its cost is not what these ratios are about. Each phase writes its row
+into the JSON at once, so a run cut short still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+import traceback
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PEAK_BF16 = 790e12  # measured on this workplace's H200 (8192^3 bf16 matmul, random data)
+WORDS = ("You are a careful archaeologist. Describe the video. Identify the artifact, its "
+         "material, period and condition. Describe the tomb structure: chambers, corridors, "
+         "vaults, walls, doors. Read the murals and inscriptions; transcribe visible text; note "
+         "pigments and damage. The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 "
+         "10 seconds frame video image scene camera light stone bronze jade pottery ceramic "
+         "gold silver wood painting summary objects confidence notes").split()
+
+
+# -- model arithmetic --------------------------------------------------------------------------
+
+def flops_per_prompt(cfg: dict, n: int) -> float:
+    """Forward FLOPs of one n-token prefill: 2 x (matmul weights) x n + attention scores,
+    + the GDN chunked recurrence (approx.) + one lm_head row (vLLM computes logits for the
+    last prompt token only). LoRA FLOPs are not counted (model FLOPs utilisation)."""
+    t = cfg["text_config"]
+    h, i, L = t["hidden_size"], t["intermediate_size"], t["num_hidden_layers"]
+    nq, nkv, hd = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
+    nk, nv, kd, vd = (t["linear_num_key_heads"], t["linear_num_value_heads"],
+                      t["linear_key_head_dim"], t["linear_value_head_dim"])
+    n_full = sum(1 for x in t["layer_types"] if x == "full_attention")
+    n_lin = L - n_full
+    mlp = 3 * h * i
+    attn = h * (nq * hd * 2) + 2 * h * nkv * hd + nq * hd * h
+    gdn = h * (2 * nk * kd + 2 * nv * vd) + 2 * h * nv + nv * vd * h
+    dense = 2 * n * (L * mlp + n_full * attn + n_lin * gdn)
+    # causal attention: QK^T and PV, n^2/2 pairs each, per head
+    scores = n_full * 2 * 2 * nq * hd * n * n / 2
+    # GDN (chunk 64): per token ~ 4 * nv * kd * vd (state update + read) + intra-chunk 64-wide
+    rec = n_lin * n * nv * (4 * kd * vd + 2 * 64 * (kd + vd))
+    head = 2 * h * t["vocab_size"]
+    return dense + scores + rec + head
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+def make_prompt_text(tok, n_tokens: int, seed: int) -> str:
+    rnd = random.Random(seed)
+    words = [rnd.choice(WORDS) for _ in range(n_tokens * 2)]
+    ids = tok.encode(" ".join(words), add_special_tokens=False)[:n_tokens]
+    return tok.decode(ids)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.assets = Path(args.assets)
+        self.results: dict[str, Any] = {"label": args.label, "patch": args.patch,
+                                        "eager": args.eager, "phases": {}, "errors": {},
+                                        "started": time.time()}
+        self.cfg = json.loads((self.assets / "model" / "config.json").read_text())
+        self.deadline = float(args.deadline) if args.deadline else None
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def save(self) -> None:
+        Path(self.args.json).write_text(json.dumps(self.results, indent=2, default=str) + "\n")
+
+    def time_left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - time.time()
+
+    def log(self, msg: str) -> None:
+        print(f"[bench {self.args.label} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # -- engine ---------------------------------------------------------------------------
+    def start(self) -> None:
+        import workers.engine_host as eh
+
+        a = self.args
+        if a.patch == "on":
+            import engine_patch
+
+            self.results["engine_patch_applied"] = engine_patch.apply()
+            from engine_patch.env import versions
+
+            self.results["versions"] = versions()
+        # The carried build lacks FlashInfer: the GDN prefill must use the Triton kernels.
+        extra = json.loads(a.llm_kwargs) if a.llm_kwargs else {}
+
+        class BenchHost(eh.EngineHost):
+            def engine_kwargs(self) -> dict[str, Any]:
+                kw = super().engine_kwargs()
+                kw["limit_mm_per_prompt"] = {"video": 0, "image": 0}  # text-only stand-in
+                kw["load_format"] = "dummy"
+                kw.update(extra)
+                return kw
+
+        if a.patch != "on":
+            eh._apply_engine_patch = lambda: "off (bench)"
+        # Every request decodes exactly out_len tokens (dummy weights may emit EOS early);
+        # the same SamplingParams go to the bare llm.generate path.
+        self._orig_sp = eh.sampling_params
+
+        def sampling_params(req):
+            sp = self._orig_sp(req)
+            sp.ignore_eos = True
+            return sp
+
+        eh.sampling_params = sampling_params
+        self.sampling_params = sampling_params
+        settings = SimpleNamespace(
+            model=str(self.assets / "model"), max_loras=a.max_loras, max_cpu_loras=a.max_cpu_loras,
+            max_lora_rank=64, max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
+            gpu_memory_utilization=a.gpu_mem, enforce_eager=a.eager, served_model_name="",
+            kv_cache_memory_bytes=a.kv_bytes or None, adapter_root=str(self.assets / "adapters"))
+        self.host = BenchHost(settings)
+        self.results["engine_kwargs"] = self.host.engine_kwargs()
+        t0 = time.perf_counter()
+        self.host.start()
+        self.results["engine_start_s"] = round(time.perf_counter() - t0, 1)
+        self.llm = self.host.llm
+        self.tok = self.host.tokenizer
+        self.results["engine_patch_status"] = self.host.patch_status
+        self.results["memory"] = self.memory_facts()
+        if hasattr(self.host, "last_canary"):
+            self.results["start_canary"] = self.host.last_canary()
+        self.save()
+        self.log(f"engine up in {self.results['engine_start_s']}s")
+
+    def _runner(self):
+        core = self.llm.llm_engine.engine_core
+        core = getattr(core, "engine_core", core)
+        w = core.model_executor.driver_worker
+        w = getattr(w, "worker", w)
+        return w.model_runner
+
+    def memory_facts(self) -> dict[str, Any]:
+        import torch
+
+        facts: dict[str, Any] = {}
+        try:
+            free, total = torch.cuda.mem_get_info()
+            facts.update(gpu_free_gib=free / 2**30, gpu_total_gib=total / 2**30,
+                         torch_allocated_gib=torch.cuda.memory_allocated() / 2**30,
+                         torch_reserved_gib=torch.cuda.memory_reserved() / 2**30)
+        except Exception as exc:  # noqa: BLE001 - CPU check runs
+            facts["gpu"] = repr(exc)
+        try:
+            vc = self.llm.llm_engine.vllm_config
+            facts["num_gpu_blocks"] = vc.cache_config.num_gpu_blocks
+            facts["block_size"] = vc.cache_config.block_size
+            facts["enable_prefix_caching"] = vc.cache_config.enable_prefix_caching
+            facts["max_num_batched_tokens"] = vc.scheduler_config.max_num_batched_tokens
+            facts["cudagraph_mode"] = str(getattr(vc.compilation_config, "cudagraph_mode", None))
+            facts["cudagraph_capture_sizes"] = getattr(vc.compilation_config, "cudagraph_capture_sizes", None)
+        except Exception as exc:  # noqa: BLE001
+            facts["config"] = repr(exc)
+        try:
+            runner = self._runner()
+            model = runner.model
+            facts["weight_gib"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+            lora_bytes = 0
+            seen = set()
+            for mod in model.modules():
+                for attr in ("lora_a_stacked", "lora_b_stacked"):
+                    for t in _flatten(getattr(mod, attr, None)):
+                        if t.data_ptr() not in seen:
+                            seen.add(t.data_ptr())
+                            lora_bytes += t.numel() * t.element_size()
+            facts["lora_slot_gib_total"] = lora_bytes / 2**30
+            facts["lora_slot_gib_per_adapter"] = lora_bytes / 2**30 / self.args.max_loras
+            kv = 0
+            seen = set()
+            for t in _flatten(getattr(runner, "kv_caches", [])):
+                if t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    kv += t.numel() * t.element_size()
+            facts["kv_and_state_cache_gib"] = kv / 2**30
+        except Exception as exc:  # noqa: BLE001
+            facts["runner"] = repr(exc)
+        return facts
+
+    # -- requests -------------------------------------------------------------------------
+    def requests(self, n: int, adapters: list[str | None], tag: str, prompt_len: int | None = None,
+                 out_len: int | None = None) -> list:
+        from workers.requests import AnalysisRequest
+
+        a = self.args
+        plen = prompt_len or a.prompt_len
+        reqs = []
+        for k in range(n):
+            ad = adapters[k % len(adapters)]
+            reqs.append(AnalysisRequest(
+                request_key=f"{tag}-{k}", prompt=make_prompt_text(self.tok, plen, hash((tag, k)) & 0xFFFFFF),
+                system=None, frames=[], timestamps=[], adapter_name=ad,
+                adapter_path=str(self.assets / "adapters" / ad) if ad else None,
+                # Sampled, not greedy: a dummy-weight model's greedy output repeats one token,
+                # which the worker's guard rightly calls degenerate (and would re-run).
+                max_tokens=out_len or a.out_len, temperature=1.0, top_p=1.0, seed=None))
+        return reqs
+
+    def bare_inputs(self, reqs: list):
+        from workers.requests import build_input
+
+        inputs = [build_input(self.tok, r) for r in reqs]
+        params = [self.sampling_params(r) for r in reqs]
+        loras = [self.host.lora_request(r.adapter_name, str(Path(r.adapter_path).resolve()))
+                 if r.adapter_name else None for r in reqs]
+        return inputs, params, loras
+
+    # -- measurement primitives ------------------------------------------------------------
+    def _row(self, outs_tokens: list[tuple[int, int, bool]], seconds: float, n_batches: int,
+             flops: float | None = None) -> dict[str, Any]:
+        p = sum(x[0] for x in outs_tokens)
+        o = sum(x[1] for x in outs_tokens)
+        row = {"requests": len(outs_tokens), "batches": n_batches, "seconds": round(seconds, 3),
+               "prompt_tokens": p, "output_tokens": o,
+               "output_tok_s": round(o / seconds, 1), "total_tok_s": round((p + o) / seconds, 1),
+               "req_s": round(len(outs_tokens) / seconds, 3),
+               "nonfinite_requests": sum(1 for x in outs_tokens if not x[2])}
+        if flops:
+            row["tflops"] = round(flops / seconds / 1e12, 1)
+            row["mfu"] = round(flops / seconds / PEAK_BF16, 4)
+        return row
+
+    def run_bare(self, batches: list[list]) -> dict[str, Any]:
+        import torch
+
+        prepared = [self.bare_inputs(b) for b in batches]
+        _sync(torch)
+        t0 = time.perf_counter()
+        stats = []
+        for inputs, params, loras in prepared:
+            outs = self.llm.generate(inputs, params, lora_request=loras, use_tqdm=False)
+            for o in outs:
+                c = o.outputs[0]
+                finite = c.cumulative_logprob is None or math.isfinite(c.cumulative_logprob)
+                stats.append((len(o.prompt_token_ids or []), len(c.token_ids), finite))
+        _sync(torch)
+        return self._row(stats, time.perf_counter() - t0, len(batches))
+
+    def run_host(self, batches: list[list]) -> dict[str, Any]:
+        import torch
+
+        _sync(torch)
+        t0 = time.perf_counter()
+        stats = []
+        for b in batches:
+            for o in self.host.generate(b):
+                if o.error:
+                    raise RuntimeError(f"host request failed: {o.error}")
+                stats.append((o.prompt_tokens, o.output_tokens,
+                              bool(o.health.get("logprobs_finite", True))))
+        _sync(torch)
+        row = self._row(stats, time.perf_counter() - t0, len(batches))
+        guard = getattr(self.host, "guard", None)
+        if guard is not None:  # any guard re-run would be in the time: say so
+            row["guard_events"] = [e.get("event") for e in list(guard.events)]
+        return row
+
+    # -- phases ---------------------------------------------------------------------------
+    def adapters3(self) -> list[str]:
+        return ["a00", "a01", "a02"]
+
+    def dispatcher_batches(self, reqs: list) -> list[list]:
+        """Split like tasks.dispatch does: group_by_adapter with the worker's settings."""
+        from workers.dispatcher import ReadyAnalysis, group_by_adapter
+
+        t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        by_key = {r.request_key: r for r in reqs}
+        # A stand-in video: 16 frames at 448x512 -> 8 x 224 = 1,792 video tokens.
+        ready = [ReadyAnalysis(id=k, adapter=r.adapter_name or "-", frames=16, width=448,
+                               height=512, max_tokens=r.max_tokens,
+                               ready_since=t0 + timedelta(seconds=k))
+                 for k, r in enumerate(reqs)]
+        ids = {k: r.request_key for k, r in enumerate(reqs)}
+        groups = group_by_adapter(ready, self.args.batch_max_requests, self.args.batch_max_tokens)
+        out = []
+        for _, batches in groups.items():
+            for b in batches:
+                out.append([by_key[ids[item.id]] for item in b])
+        return out
+
+    def phase(self, name: str) -> None:
+        a = self.args
+        n = a.n_req
+        A3 = self.adapters3()
+        if name == "warmup":
+            # Compiles the LoRA kernels for the prefill/decode shapes and loads a00-a02.
+            reqs = self.requests(16, A3 + [None], "warm", out_len=16)
+            row = self.run_bare([reqs])
+        elif name == "bare_nolora":
+            row = self.run_bare([self.requests(n, [None], "nolora")])
+        elif name == "bare_nolora_repeat":
+            row = self.run_bare([self.requests(n, [None], "nolora2")])
+        elif name == "bare_one":
+            row = self.run_bare([self.requests(n, ["a00"], "one")])
+        elif name == "bare_mixed3":
+            row = self.run_bare([self.requests(n, A3, "mixed")])
+        elif name == "bare_sorted3":
+            reqs = sorted(self.requests(n, A3, "sorted"), key=lambda r: r.adapter_name)
+            row = self.run_bare([reqs])
+        elif name == "host_mixed3":
+            row = self.run_host([self.requests(n, A3, "hmixed")])
+        elif name == "host_grouped3":
+            row = self.run_host(self.dispatcher_batches(self.requests(n, A3, "hgroup")))
+        elif name == "bare_grouped3":
+            row = self.run_bare(self.dispatcher_batches(self.requests(n, A3, "bgroup")))
+        elif name.startswith("prefill_"):
+            row = self.prefill(name)
+        elif name == "profile":
+            row = self.profile()
+        elif name == "adapters20":
+            row = self.adapters20()
+        else:
+            raise ValueError(f"unknown phase {name}")
+        self.results["phases"][name] = row
+        self.log(f"{name}: {json.dumps(row)[:400]}")
+
+    def prefill(self, name: str) -> dict[str, Any]:
+        """16 prompts x prompt_len, 1 output token: the time is (almost) all prefill."""
+        kind = name.split("_", 1)[1]
+        ads = {"nolora": [None], "one": ["a00"], "mixed3": self.adapters3()}[kind]
+        reqs = self.requests(self.args.max_num_seqs, ads, name, out_len=1)
+        row = self.run_bare([reqs])
+        fl = sum(flops_per_prompt(self.cfg, self.args.prompt_len) for _ in reqs)
+        # use the real token count, not the nominal one
+        per = row["prompt_tokens"] / len(reqs)
+        fl = len(reqs) * flops_per_prompt(self.cfg, int(per))
+        row["model_tflop"] = round(fl / 1e12, 2)
+        row["tflops"] = round(fl / row["seconds"] / 1e12, 1)
+        row["mfu"] = round(fl / row["seconds"] / PEAK_BF16, 4)
+        return row
+
+    def profile(self) -> dict[str, Any]:
+        """torch.profiler kernel tables: a prefill-heavy batch without and with LoRA."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        out: dict[str, Any] = {}
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        for kind, ads in (("nolora", [None]), ("mixed3", self.adapters3())):
+            reqs = self.requests(4, ads, f"prof-{kind}", out_len=32)
+            inputs, params, loras = self.bare_inputs(reqs)
+            self.llm.generate(inputs, params, lora_request=loras, use_tqdm=False)  # warm
+            reqs = self.requests(4, ads, f"prof2-{kind}", out_len=32)
+            inputs, params, loras = self.bare_inputs(reqs)
+            with profile(activities=acts) as prof:
+                self.llm.generate(inputs, params, lora_request=loras, use_tqdm=False)
+                _sync(torch)
+            ka = prof.key_averages()
+            dev_attr = "device_time_total" if hasattr(ka[0], "device_time_total") else "cuda_time_total"
+            sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+            table = ka.table(sort_by=sort, row_limit=30, max_name_column_width=70)
+            Path(self.args.json).with_name(f"{self.args.label}_profile_{kind}.txt").write_text(table)
+            rows = []
+            total = 0.0
+            for e in ka:
+                t = float(getattr(e, dev_attr, 0.0) or 0.0)
+                if t and getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type):
+                    total += t
+                    rows.append((e.key, t, e.count))
+            rows.sort(key=lambda r: -r[1])
+            lora = sum(t for k, t, _ in rows if "lora" in k.lower())
+            out[kind] = {"gpu_kernel_ms": round(total / 1e3, 2), "lora_kernel_ms": round(lora / 1e3, 2),
+                         "top": [(k[:90], round(t / 1e3, 2), c) for k, t, c in rows[:15]]}
+        return out
+
+    def adapters20(self) -> dict[str, Any]:
+        """All adapters into the host cache (max_cpu_loras), then swap-in costs."""
+        import torch
+
+        names = sorted(p.name for p in (self.assets / "adapters").iterdir())[: self.args.max_cpu_loras]
+        engine = self.llm.llm_engine
+        load_ms = []
+        for nm in names:
+            lr = self.host.lora_request(nm, str((self.assets / "adapters" / nm).resolve()))
+            t0 = time.perf_counter()
+            engine.add_lora(lr)
+            load_ms.append((time.perf_counter() - t0) * 1e3)
+        listed = sorted(engine.list_loras()) if hasattr(engine, "list_loras") else None
+
+        def one(nm: str | None) -> float:
+            reqs = self.requests(1, [nm], f"swap-{nm}-{time.perf_counter_ns()}", prompt_len=16, out_len=1)
+            inputs, params, loras = self.bare_inputs(reqs)
+            _sync(torch)
+            t0 = time.perf_counter()
+            self.llm.generate(inputs, params, lora_request=loras, use_tqdm=False)
+            _sync(torch)
+            return (time.perf_counter() - t0) * 1e3
+
+        # Resident: the same adapter twice in a row (second call hits the slot).
+        one(names[0])
+        resident = [one(names[0]) for _ in range(5)]
+        nolora = [one(None) for _ in range(5)]
+        # Cycle through more adapters than max_loras slots: every call swaps one in from the
+        # host cache (all are registered there by add_lora above).
+        swap = []
+        for nm in names[self.args.max_loras:]:
+            swap.append(one(nm))
+        state = self.host.vllm_lora_state()
+        mem = self.memory_facts()
+        direct_ms = self._direct_activate(names)
+        return {"adapters": len(names), "add_lora_ms": [round(x, 1) for x in load_ms],
+                "add_lora_ms_median": round(statistics.median(load_ms), 1),
+                "listed_after_add": listed, "vllm_lora_state": state,
+                "req_ms_resident_median": round(statistics.median(resident), 2),
+                "req_ms_nolora_median": round(statistics.median(nolora), 2),
+                "req_ms_swap_in": [round(x, 1) for x in swap],
+                "req_ms_swap_in_median": round(statistics.median(swap), 2) if swap else None,
+                "swap_in_cost_ms": (round(statistics.median(swap) - statistics.median(resident), 2)
+                                    if swap else None),
+                "direct_activate_ms": direct_ms,
+                "memory_after": mem}
+
+    def _direct_activate(self, names: list[str]) -> Any:
+        """Time the LoRA manager's own slot copy (host cache -> GPU slot), no forward pass."""
+        import torch
+
+        try:
+            am = self._runner().lora_manager._adapter_manager
+            ids = [i for i in am._registered_adapters.order if i not in am._active_adapters.order]
+            out = []
+            for i in ids[:6]:
+                _sync(torch)
+                t0 = time.perf_counter()
+                am.activate_adapter(i)
+                _sync(torch)
+                out.append(round((time.perf_counter() - t0) * 1e3, 2))
+            return {"ms": out, "median": statistics.median(out) if out else None}
+        except Exception as exc:  # noqa: BLE001 - private API; the request timing stands alone
+            return {"error": repr(exc)}
+
+    def run(self) -> int:
+        try:
+            self.start()
+        except Exception:  # noqa: BLE001
+            self.results["errors"]["start"] = traceback.format_exc()[-4000:]
+            self.save()
+            self.log("engine start failed")
+            traceback.print_exc()
+            return 2
+        for name in [p for p in self.args.phases.split(",") if p]:
+            if self.time_left() < self.args.min_phase_s:
+                self.results["errors"][name] = "skipped: device-call deadline"
+                self.log(f"skip {name}: {self.time_left():.0f}s left")
+                continue
+            try:
+                self.phase(name)
+            except Exception:  # noqa: BLE001 - one failed phase must not lose the others
+                self.results["errors"][name] = traceback.format_exc()[-4000:]
+                traceback.print_exc()
+            self.results["elapsed_s"] = round(time.time() - self.results["started"], 1)
+            self.save()
+        return 0
+
+
+def _sync(torch) -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _flatten(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flatten(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _flatten(y)
+    elif hasattr(x, "data_ptr"):
+        yield x
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--assets", required=True)
+    p.add_argument("--label", required=True)
+    p.add_argument("--json", required=True)
+    p.add_argument("--patch", choices=["on", "off"], default="on")
+    p.add_argument("--eager", action="store_true")
+    p.add_argument("--phases", default="warmup,bare_nolora,bare_one,bare_mixed3")
+    p.add_argument("--n-req", type=int, default=48)
+    p.add_argument("--prompt-len", type=int, default=2000)
+    p.add_argument("--out-len", type=int, default=128)
+    # vidlora's defaults (vidlora/config.py): the worker's real settings
+    p.add_argument("--max-loras", type=int, default=4)
+    p.add_argument("--max-cpu-loras", type=int, default=20)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--gpu-mem", type=float, default=0.9)
+    p.add_argument("--kv-bytes", type=int, default=0)
+    p.add_argument("--batch-max-requests", type=int, default=16)
+    p.add_argument("--batch-max-tokens", type=int, default=65536)
+    p.add_argument("--llm-kwargs", default="")
+    p.add_argument("--deadline", default="", help="epoch seconds; phases that would start "
+                   "later than deadline - min_phase_s are skipped")
+    p.add_argument("--min-phase-s", type=float, default=25.0)
+    return Bench(p.parse_args()).run()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    raise SystemExit(main())
