@@ -74,20 +74,6 @@ def worker_row():
         return session.scalar(select(Worker).where(Worker.name == WORKER))
 
 
-def rows_of(batch_id: int):
-    from vidlora.db import session_scope
-    from vidlora.models import Analysis, Result, Scenario
-
-    with session_scope() as session:
-        rows = session.execute(
-            select(Analysis, Scenario, Result)
-            .join(Scenario, Scenario.id == Analysis.scenario_id)
-            .outerjoin(Result, Result.analysis_id == Analysis.id)
-            .where(Analysis.batch_id == batch_id)
-        ).all()
-        return [(a, s, r, a.frame_set) for a, s, r in rows]
-
-
 def run_batch(videos: list[Path], scenarios: list[str], name: str):
     from vidlora.submit import submit_paths
 
@@ -95,7 +81,7 @@ def run_batch(videos: list[Path], scenarios: list[str], name: str):
     expected = len(videos) * len(scenarios)
 
     def finished():
-        rows = rows_of(batch_id)
+        rows = batch_rows(batch_id)
         return len(rows) == expected and all(a.status in ("done", "failed", "rejected")
                                              for a, *_ in rows) and rows
 

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.conftest import wait_for
+from tests.tasks.batch_rows import batch_rows
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.engine
@@ -23,20 +24,6 @@ def gpu_worker(start_worker, cpu_worker):
     return worker
 
 
-def results_of(batch_id: int):
-    from vidlora.db import session_scope
-    from vidlora.models import Analysis, Result, Scenario
-
-    with session_scope() as session:
-        rows = session.execute(
-            select(Analysis, Scenario, Result)
-            .join(Scenario, Scenario.id == Analysis.scenario_id)
-            .outerjoin(Result, Result.analysis_id == Analysis.id)
-            .where(Analysis.batch_id == batch_id)
-        ).all()
-        return [(a, s, r, a.frame_set) for a, s, r in rows]
-
-
 def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, corpus_dir):
     from vidlora.config import get_settings
     from vidlora.submit import submit_paths
@@ -46,7 +33,7 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
     batch_id, _ = submit_paths(videos, SCENARIOS, "gpu-e2e")
 
     def finished():
-        rows = results_of(batch_id)
+        rows = batch_rows(batch_id)
         return len(rows) == 18 and all(a.status in ("done", "failed", "rejected") for a, *_ in rows) and rows
 
     rows = wait_for(finished, 900, interval=2, what="18 analyses")
