@@ -99,9 +99,8 @@ def print_summary(batch_id: int) -> None:
 
 
 def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
-    from vidlora.cli import _sync_scenarios, _wait_and_show, upgrade_database
+    from vidlora.cli import _sync_scenarios, upgrade_database
     from vidlora.samples import generate_samples
-    from vidlora.submit import submit_paths
 
     settings = get_settings()
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -111,28 +110,44 @@ def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
     scenario_names = list(_sync_scenarios())
     samples = generate_samples(settings.var_dir / "samples")
     logs = settings.var_dir / "logs"
+    # SIGTERM (a supervisor, a test harness) must stop the workers too: turn it into an
+    # exception so the finally below runs instead of leaving orphaned workers behind.
+    signal.signal(signal.SIGTERM, _terminate)
     procs = [
         _start(["worker", "cpu", "--concurrency", "1", "--beat"], logs / "cpu-worker.log", env),
         _start(["worker", "gpu"], logs / "gpu-worker.log", env),
     ]
     try:
-        batch_id, _ = submit_paths(samples, scenario_names, "demo samples", source="cli")
-        click.echo(f"batch {batch_id}: {len(samples)} sample videos x {len(scenario_names)} scenarios "
-                   f"(worker logs in {logs})")
-        code = _wait_and_show(batch_id, timeout)
-        click.echo("")
-        print_summary(batch_id)
-        if code != 0:
-            click.echo(f"the batch did not finish within {timeout:.0f}s; see the worker logs", err=True)
-            return code
-        if serve:
-            password = _ensure_user("demo")
-            click.echo(f"\nreview UI: http://127.0.0.1:{port}/  user: demo"
-                       + (f"  password: {password}" if password else " (password set earlier)"))
-            _serve(port, serve_for)
-        return 0
+        return _run_batch(samples, scenario_names, logs, timeout, serve, serve_for, port)
+    except KeyboardInterrupt:
+        return 130
     finally:
         _stop(procs)
+
+
+def _run_batch(samples, scenario_names, logs, timeout, serve, serve_for, port) -> int:
+    from vidlora.cli import _wait_and_show
+    from vidlora.submit import submit_paths
+
+    batch_id, _ = submit_paths(samples, scenario_names, "demo samples", source="cli")
+    click.echo(f"batch {batch_id}: {len(samples)} sample videos x {len(scenario_names)} scenarios "
+               f"(worker logs in {logs})")
+    code = _wait_and_show(batch_id, timeout)
+    click.echo("")
+    print_summary(batch_id)
+    if code != 0:
+        click.echo(f"the batch did not finish within {timeout:.0f}s; see the worker logs", err=True)
+        return code
+    if serve:
+        password = _ensure_user("demo")
+        click.echo(f"\nreview UI: http://127.0.0.1:{port}/  user: demo"
+                   + (f"  password: {password}" if password else " (password set earlier)"))
+        _serve(port, serve_for)
+    return 0
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _serve(port: int, serve_for: float) -> None:
