@@ -163,7 +163,9 @@ def _alive(pid: int) -> bool:
 
 def test_real_decode_past_a_tiny_timeout_is_killed(good, tmp_path):
     info = probe(good["h264_1080p"])
-    with pytest.raises(BadVideo, match="^decoder timed out$"):
+    # On a loaded machine the frame-table probe inside sampling can hit the tiny limit first;
+    # either way the work is killed and the reason says it timed out.
+    with pytest.raises(BadVideo, match="^(decoder|probe) timed out$"):
         sample_video(good["h264_1080p"], SamplingPolicy(mode="uniform", num_frames=30), tmp_path / "t" / "f",
                      info=info, settings=Settings(decode_timeout_s=0.3), backends=["ffmpeg", "pyav"])
 
