@@ -9,7 +9,7 @@ Why generated on the device machine: 20 rank-64 adapters for 64 layers are ~0.93
 safetensors are all a throughput / memory measurement needs. The tokenizer and processor
 files come from the tiny model (vocabulary 512 < 248320, so every id it makes is valid).
 
-Layout vLLM 0.26 needs (docs: /work/shared/gpu/README.md): ``Qwen3_5ForConditionalGeneration``
+Layout vLLM 0.26 needs (docs: shared/gpu/README.md beside the checkout): ``Qwen3_5ForConditionalGeneration``
 (``model_type: qwen3_5``, ``text_config`` + a small ``vision_config``); adapter keys
 ``base_model.model.model.language_model.layers.N.<block>.<module>.lora_{A,B}.weight``.
 """
