@@ -24,18 +24,23 @@ def _source(spec: str, size: str) -> str:
     return spec if "=" in spec else f"{spec}=size={size}:rate=25"  # some carry their own size
 
 
-def generate_samples(out_dir: Path, names: list[str] | None = None) -> list[Path]:
-    """Create the sample clips in ``out_dir`` (skipping ones already there)."""
+def generate_samples(out_dir: Path, names: list[str] | None = None, tag: str | None = None) -> list[Path]:
+    """Create the sample clips in ``out_dir`` (skipping ones already there).
+
+    ``tag`` is written into the container's metadata: the same pictures with new content
+    hashes, so a run gets fresh videos even where the plain samples were analysed before
+    (vidlora deduplicates by content)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for name in names or list(SAMPLES):
         spec, size, seconds, codec, ext = SAMPLES[name]
-        path = out_dir / f"{name}{ext}"
+        path = out_dir / (f"{name}-{tag}{ext}" if tag else f"{name}{ext}")
         if not path.exists():
             tmp = path.with_name(f".{path.name}.part{ext}")
             subprocess.run(
                 ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", _source(spec, size),
-                 "-t", str(seconds), "-an", *codec, str(tmp)],
+                 "-t", str(seconds), "-an", *codec,
+                 *(["-metadata", f"comment=vidlora-sample-{tag}"] if tag else []), str(tmp)],
                 check=True, timeout=120,
             )
             tmp.rename(path)

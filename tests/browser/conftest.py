@@ -39,7 +39,9 @@ def screenshots(artifacts_dir) -> Path:
 def gpu_worker(start_worker, cpu_worker):
     worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": "browser-gpu-0"})
     worker.wait_ready(timeout=600)
-    return worker
+    yield worker
+    # A GPU worker left running would take later modules' analyses off the gpu queue.
+    worker.stop()
 
 
 def _free_port() -> int:

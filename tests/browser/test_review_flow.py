@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -31,26 +30,12 @@ HOSTILE_MODEL = "<img src=x onerror=alert(2)><b>model bold</b> & <i>more</i>"
 PIPELINE_TIMEOUT_MS = 240_000
 
 
-def _unique_copies(src_dir: Path, out_dir: Path) -> list[Path]:
-    """The sample clips, remuxed with a random tag: new content hashes, so this batch gets
-    fresh videos even when another test in the session already analysed the samples."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    out = []
-    for path in generate_samples(src_dir, list(VIDEOS)):
-        dest = out_dir / f"{path.stem}-{tag}{path.suffix}"
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(path), "-c", "copy",
-                        "-metadata", f"comment=browser-{tag}", str(dest)], check=True, timeout=60)
-        out.append(dest)
-    return out
-
-
 def test_review_flow(gpu_worker, live_server, reviewer, browser, screenshots, corpus_dir, tmp_path):
     from vidlora.db import session_scope
     from vidlora.models import Result
 
     base = live_server
-    videos = _unique_copies(corpus_dir / "samples", tmp_path / "upload")
+    videos = generate_samples(tmp_path / "upload", list(VIDEOS), tag=uuid.uuid4().hex[:8])
     context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)
     page = context.new_page()

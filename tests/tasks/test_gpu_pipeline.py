@@ -4,7 +4,7 @@ proof that each result came from its own adapter."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import uuid
 
 import pytest
 from sqlalchemy import select
@@ -21,14 +21,16 @@ SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
 def gpu_worker(start_worker, cpu_worker):
     worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": "test-gpu-0"})
     worker.wait_ready(timeout=600)
-    return worker
+    yield worker
+    # A GPU worker left running would take later modules' analyses off the gpu queue.
+    worker.stop()
 
 
 def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, corpus_dir):
     from vidlora.config import get_settings
     from vidlora.submit import submit_paths
 
-    videos = generate_samples(corpus_dir / "samples")
+    videos = generate_samples(corpus_dir / "samples", tag=uuid.uuid4().hex[:8])
     assert len(videos) == 6
     batch_id, _ = submit_paths(videos, SCENARIOS, "gpu-e2e")
 
@@ -75,12 +77,15 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
 
 def test_worker_registers_its_adapters_and_dispatch_keeps_affinity(gpu_worker):
     from vidlora.db import session_scope
-    from vidlora.models import Analysis, Worker
+    from vidlora.models import Analysis, Batch, Worker
 
     with session_scope() as session:
         worker = session.scalar(select(Worker).where(Worker.name == "test-gpu-0"))
         assert worker is not None and worker.status == "ready"
         assert worker.versions.get("vllm")
         assert set(worker.adapters_resident) <= set(SCENARIOS)
-        ran = session.scalars(select(Analysis.worker).where(Analysis.status == "done")).all()
+        ran = session.scalars(
+            select(Analysis.worker).join(Batch, Batch.id == Analysis.batch_id)
+            .where(Batch.name == "gpu-e2e", Analysis.status == "done")
+        ).all()
     assert set(ran) == {"test-gpu-0"}
