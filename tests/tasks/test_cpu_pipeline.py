@@ -45,6 +45,25 @@ def submit(paths, scenarios=SCENARIOS, name="test"):
     return batch_id
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_gpu_work_left_behind(database, broker):
+    """These tests stop at the GPU queue. Their analyses must not be waiting there when a
+    later module starts a GPU worker, or that module spends its time budget on them."""
+    yield
+    from sqlalchemy import update
+
+    from tasks.celery_app import app
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis
+
+    app.control.purge()
+    with session_scope() as session:
+        session.execute(
+            update(Analysis).where(Analysis.status.in_(("ready", "queued")))
+            .values(status="failed", reason="test teardown: CPU-stage tests do not run the GPU stage")
+        )
+
+
 @pytest.fixture(scope="module")
 def good(corpus_dir):
     return good_videos(corpus_dir / "good")
