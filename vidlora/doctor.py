@@ -23,10 +23,12 @@ def _database(settings: Settings) -> list[Check]:
     from alembic.script import ScriptDirectory
     from sqlalchemy import text
 
-    from vidlora.db import get_engine
+    from vidlora.db import make_engine
 
+    # Its own short-lived engine: the doctor checks the settings it is given.
+    engine = make_engine(settings.database_url)
     try:
-        with get_engine().connect() as conn:
+        with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
             try:
                 current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -35,6 +37,8 @@ def _database(settings: Settings) -> list[Check]:
     except Exception as exc:
         return [Check("database", False, f"cannot connect: {type(exc).__name__}: {exc}"[:300],
                       "start PostgreSQL or set VIDLORA_DATABASE_URL")]
+    finally:
+        engine.dispose()
     head = ScriptDirectory.from_config(Config(str(PROJECT_ROOT / "alembic.ini"))).get_current_head()
     return [
         Check("database", True, settings.database_url.split("@")[-1]),

@@ -18,6 +18,7 @@ import yaml
 from sqlalchemy import select
 
 from tests.conftest import ROOT, wait_for
+from tests.tasks.batch_rows import batch_rows
 from tests.workers.test_engine_host import make_overflow_adapter
 from vidlora.samples import generate_samples
 

@@ -16,16 +16,12 @@ def test_doctor_sees_the_database_broker_and_media(database, broker):
     assert all(c.fix for c in checks.values() if not c.ok)
 
 
-def test_doctor_reports_a_missing_database_with_a_fix(monkeypatch):
+def test_doctor_reports_a_missing_database_with_a_fix():
     from vidlora.config import Settings
-    from vidlora import db
 
-    monkeypatch.setattr(db, "_engine", None)
     bad = Settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
-    monkeypatch.setattr(db, "get_settings", lambda: bad)
     checks = run_checks(bad)
     assert not checks[0].ok and "VIDLORA_DATABASE_URL" in checks[0].fix
-    db.reset_engine()
 
 
 def test_audit_flags_a_stuck_analysis_and_a_result_without_health(db_session):
