@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from sqlalchemy import select
 
@@ -38,25 +39,28 @@ def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list
                 analysis.finished_at = utcnow()
                 continue
             analysis.status, analysis.started_at, analysis.worker = "running", utcnow(), worker_name
-            scenario, frame_set = analysis.scenario, analysis.frame_set
-            gen = scenario.generation
-            requests.append(
-                AnalysisRequest(
-                    request_key=str(analysis.id),
-                    prompt=scenario.prompt,
-                    system=scenario.system_prompt,
-                    frames=[str(settings.media_root / f) for f in frame_set.files],
-                    timestamps=list(frame_set.timestamps),
-                    adapter_name=scenario.name if scenario.adapter_path else None,
-                    adapter_path=scenario.adapter_path,
-                    max_tokens=int(gen.get("max_tokens", 256)),
-                    temperature=float(gen.get("temperature", 0.0)),
-                    top_p=float(gen.get("top_p", 1.0)),
-                    seed=gen.get("seed"),
-                    repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
-                )
-            )
+            requests.append(build_request(analysis.id, analysis.scenario, analysis.frame_set, settings.media_root))
     return requests
+
+
+def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> AnalysisRequest:
+    """The engine request for one analysis: its scenario's prompt, adapter and generation
+    settings over its frame set. The one place a stored analysis becomes a request."""
+    gen = scenario.generation
+    return AnalysisRequest(
+        request_key=str(analysis_id),
+        prompt=scenario.prompt,
+        system=scenario.system_prompt,
+        frames=[str(media_root / f) for f in frame_set.files],
+        timestamps=list(frame_set.timestamps),
+        adapter_name=scenario.name if scenario.adapter_path else None,
+        adapter_path=scenario.adapter_path,
+        max_tokens=int(gen.get("max_tokens", 256)),
+        temperature=float(gen.get("temperature", 0.0)),
+        top_p=float(gen.get("top_p", 1.0)),
+        seed=gen.get("seed"),
+        repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
+    )
 
 
 def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:

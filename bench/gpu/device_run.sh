@@ -4,7 +4,7 @@
 #          patchoff the same engine without engine_patch; then tiny-model verify + fault injection
 #          eager    the 27B-shape engine with enforce_eager (engine_patch on)
 #          tiny     tiny-model verify (patch on / off) + fault injection only
-# Results go to /tmp/res and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
+# Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
 STAGE=${1:-main}
@@ -12,16 +12,18 @@ BUDGET=${2:-560}
 T0=$(date +%s)
 END=$((T0 + BUDGET))
 REPO=$(pwd)
-RES=/tmp/res
+# The carried payload installs into $TMPDIR/site (the shared GPU notes); scratch lives beside it.
+SCRATCH=${TMPDIR:-/tmp}
+RES=$SCRATCH/res
 mkdir -p $RES
-export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+export PYTHONPATH=$SCRATCH/site:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
        VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false
 GPUKW='{"gdn_prefill_backend": "triton"}'
-# 20 rank-64 adapters are ~19 GB: tmpfs if it has room (fast reads), else /tmp.
+# 20 rank-64 adapters are ~19 GB: tmpfs if it has room (fast reads), else $SCRATCH.
 ASSETS=/dev/shm/vl
-[ "$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -gt 30 ] 2>/dev/null || ASSETS=/tmp/vl
+[ "$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -gt 30 ] 2>/dev/null || ASSETS=$SCRATCH/vl
 left() { local l=$((END - $(date +%s))); [ $l -lt 6 ] && l=6; echo $l; }
-pack() { tar czf $OUT/.res.tgz -C /tmp res 2>/dev/null && mv $OUT/.res.tgz $OUT/res-$STAGE.tgz; }
+pack() { tar czf $OUT/.res.tgz -C $SCRATCH res 2>/dev/null && mv $OUT/.res.tgz $OUT/res-$STAGE.tgz; }
 ( while sleep 15; do pack; done ) & PACKER=$!
 log() { echo "[device $(date +%H:%M:%S) left=$(left)s] $*" | tee -a $RES/device.log; }
 
@@ -49,7 +51,7 @@ bench() {  # label patch eager phases
 
 fault() {  # patch
   log "fault $1"
-  timeout $(( $(left) - 5 )) python3 -m bench.gpu.fault --tiny $REPO/var/tiny-model --work /tmp/vl-fault \
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.fault --tiny $REPO/var/tiny-model --work $SCRATCH/vl-fault \
     --json $RES/fault_$1.json --patch $1 --llm-kwargs "$GPUKW" > $RES/fault_$1.log 2>&1
   log "fault $1 rc=$?"; tail -1 $RES/fault_$1.log
 }
@@ -61,7 +63,7 @@ verify() {  # patch(on/off)
   timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
     --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure \
     --lengths 16,127,128,129,450,1024,2048,4096,8192 --json $RES/verify_$1.json $np \
-    --llm-kwargs "$GPUKW" --workdir /tmp/verify_$1 > $RES/verify_$1.log 2>&1
+    --llm-kwargs "$GPUKW" --workdir $SCRATCH/verify_$1 > $RES/verify_$1.log 2>&1
   log "verify $1 rc=$?"; tail -5 $RES/verify_$1.log | cut -c1-300
 }
 

@@ -32,6 +32,7 @@ import os
 import random
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -265,7 +266,7 @@ def run(args) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", default=str(ROOT / "var" / "tiny-model"))
-    p.add_argument("--work", default="/tmp/vl-fault")
+    p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "vl-fault"))
     p.add_argument("--json", required=True)
     p.add_argument("--patch", choices=["on", "off"], default="off")
     p.add_argument("--short", type=int, default=64)

@@ -134,19 +134,13 @@ def test_degenerate_adapter_is_never_stored_and_the_rest_is_correct(gpu_worker, 
     from tasks.analyze import storable_text
     from vidlora.config import get_settings
     from workers.engine_host import EngineHost
-    from workers.requests import AnalysisRequest
+    from tasks.analyze import build_request
 
     settings = get_settings()
     host = EngineHost(settings)
     host.start()
     for a, s, r, fs in good:
-        gen = s.generation
-        req = AnalysisRequest(
-            request_key=str(a.id), prompt=s.prompt, system=s.system_prompt,
-            frames=[str(settings.media_root / f) for f in fs.files], timestamps=list(fs.timestamps),
-            adapter_name=s.name, adapter_path=s.adapter_path, max_tokens=int(gen["max_tokens"]),
-            temperature=float(gen["temperature"]), top_p=float(gen["top_p"]), seed=gen.get("seed"),
-        )
+        req = build_request(a.id, s, fs, settings.media_root)
         [direct] = host.generate([req])
         assert direct.error is None, direct.error
         assert storable_text(direct.text) == r.text and direct.output_tokens == r.output_tokens, s.name

@@ -55,20 +55,13 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
     # Each stored result equals a direct single-request generate with that adapter and frames.
     from workers.engine_host import EngineHost
     from tasks.analyze import storable_text
-    from workers.requests import AnalysisRequest
+    from tasks.analyze import build_request
 
     settings = get_settings()
     host = EngineHost(settings)
     host.start()
     for a, s, r, fs in rows:
-        gen = s.generation
-        req = AnalysisRequest(
-            request_key=str(a.id), prompt=s.prompt, system=s.system_prompt,
-            frames=[str(settings.media_root / f) for f in fs.files], timestamps=list(fs.timestamps),
-            adapter_name=s.name, adapter_path=s.adapter_path, max_tokens=int(gen["max_tokens"]),
-            temperature=float(gen["temperature"]), top_p=float(gen["top_p"]), seed=gen.get("seed"),
-            repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
-        )
+        req = build_request(a.id, s, fs, settings.media_root)
         [alone] = host.generate([req])
         assert alone.error is None, alone.error
         assert storable_text(alone.text) == r.text, (s.name, a.video_id)
