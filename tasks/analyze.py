@@ -147,7 +147,10 @@ def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
 
         dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
         return 0
-    identity = host.identity()
+    # Which analyses shared this engine batch, in order: batch composition changes low-order
+    # numerics, so an output is reproduced exactly (and a cross-request effect is traced) only
+    # with its batch-mates.
+    identity = {**host.identity(), "engine_batch": [int(r.request_key) for r in requests]}
     for output in outputs:
         try:
             _store(output, identity, runtime.worker_name())

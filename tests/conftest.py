@@ -37,9 +37,16 @@ def _claim_redis_db() -> int:
         return int(os.environ["VIDLORA_TEST_REDIS_DB"])
     client = redis.Redis.from_url(f"{REDIS_URL}/0")
     for index in range(1, 16):
-        if client.set(f"vidlora-test:db:{index}", _DB_NAME, nx=True, ex=4 * 3600):
-            return index
-    raise RuntimeError("every Redis database index is claimed by another test session")
+        if not client.set(f"vidlora-test:db:{index}", _DB_NAME, nx=True, ex=4 * 3600):
+            continue
+        # A claim can expire or be deleted while a worker of that session lives on: a stray
+        # consumer on the index would take our tasks, so an index anyone is connected to is
+        # never ours.
+        if any(int(c.get("db", -1)) == index for c in client.client_list()):
+            client.delete(f"vidlora-test:db:{index}")
+            continue
+        return index
+    raise RuntimeError("every Redis database index is claimed or in use by another process")
 
 
 def _release_redis_db(index: int) -> None:
@@ -112,14 +119,21 @@ def broker() -> str:
     return os.environ["VIDLORA_BROKER_URL"]
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.5, what: str = "condition"):
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.5, what: str = "condition",
+             diagnose: Callable[[], str] | None = None):
+    """Poll ``predicate`` until it is truthy; on timeout fail with ``diagnose()`` appended
+    (worker states and log tails), so a CI failure says why, not only that it waited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{diagnose()}" if diagnose else ""))
+
+
+def describe_workers(*workers: "WorkerProcess", lines: int = 25) -> str:
+    return "\n".join(w.describe(lines) for w in workers)
 
 
 class WorkerProcess:
@@ -136,6 +150,13 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def describe(self, lines: int = 25) -> str:
+        """Alive or exit code, and the last ``lines`` log lines (vLLM's config dumps cut short)."""
+        code = self.proc.poll()
+        state = "running" if code is None else f"exited with {code}"
+        tail = [line[:400] for line in self.log().splitlines()[-lines:]]
+        return f"--- {self.kind} worker pid {self.proc.pid} ({state}), {self.log_path.name}:\n" + "\n".join(tail)
 
     def wait_ready(self, timeout: float = 120) -> None:
         wait_for(lambda: " ready." in self.log() or self.proc.poll() is not None, timeout, what=f"{self.kind} worker")

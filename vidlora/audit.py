@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, BatchItem, Result, Upload, Video
+from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, BatchItem, Result, Scenario, Upload, Video
 
 
 @dataclass
@@ -36,10 +36,21 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
     items = select(BatchItem)
     if batch_ids is not None:
         items = items.where(BatchItem.batch_id.in_(batch_ids))
+    scenario_ids: dict[int, set[int]] = {}
     for item in session.scalars(items):
-        # A stored member must have its video; a video must have its analyses.
-        if item.status == "stored" and (item.video_id is None or session.get(Video, item.video_id) is None):
+        # A stored member must have its video, and the video one analysis per scenario of the
+        # batch (the analysis may belong to an earlier batch that brought the same content).
+        if item.status != "stored":
+            continue
+        if item.video_id is None or session.get(Video, item.video_id) is None:
             report.lost_videos.append(item.name)
+            continue
+        if item.batch_id not in scenario_ids:
+            names = list(item.batch.scenario_names)
+            scenario_ids[item.batch_id] = set(session.scalars(select(Scenario.id).where(Scenario.name.in_(names))))
+        have = set(session.scalars(select(Analysis.scenario_id).where(Analysis.video_id == item.video_id)))
+        if scenario_ids[item.batch_id] - have:
+            report.lost_videos.append(f"analyses-of:{item.name}")
     uploads = select(Upload).where(Upload.status == "pending")
     if batch_ids is not None:
         uploads = uploads.where(Upload.batch_id.in_(batch_ids))

@@ -13,12 +13,16 @@ from __future__ import annotations
 import csv
 import io
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.browser.conftest import PASSWORD, REVIEWER
+from tests.conftest import describe_workers
 from vidlora.samples import generate_samples
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine]
@@ -27,10 +31,10 @@ SCENARIOS = ("artifact_identification", "tomb_structure")
 VIDEOS = ("tomb_corridor", "bronze_vessel")  # short h264 clips, quick to sample
 HOSTILE = "<script>alert(1)</script><b>bold</b>"
 HOSTILE_MODEL = "<img src=x onerror=alert(2)><b>model bold</b> & <i>more</i>"
-PIPELINE_TIMEOUT_MS = 240_000
+PIPELINE_TIMEOUT_MS = 480_000
 
 
-def test_review_flow(gpu_worker, live_server, reviewer, browser, screenshots, corpus_dir, tmp_path):
+def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, screenshots, corpus_dir, tmp_path):
     from vidlora.db import session_scope
     from vidlora.models import Result
 
@@ -76,14 +80,21 @@ def test_review_flow(gpu_worker, live_server, reviewer, browser, screenshots, co
         "Array.from(document.querySelectorAll('[data-testid^=cell-]')).map(c => c.dataset.status)")
     shot("04-batch-started")
     n_cells = len(VIDEOS) * len(SCENARIOS)
-    page.wait_for_function(
-        """n => {
-            const cells = Array.from(document.querySelectorAll('[data-testid^=cell-]'));
-            return cells.length === n && cells.every(c => ['done', 'failed', 'rejected'].includes(c.dataset.status))
-                && document.querySelector('[data-testid=batch-state]').dataset.status === 'finished';
-        }""",
-        arg=n_cells, timeout=PIPELINE_TIMEOUT_MS, polling=500,
-    )
+    try:
+        page.wait_for_function(
+            """n => {
+                const cells = Array.from(document.querySelectorAll('[data-testid^=cell-]'));
+                return cells.length === n && cells.every(c => ['done', 'failed', 'rejected'].includes(c.dataset.status))
+                    && document.querySelector('[data-testid=batch-state]').dataset.status === 'finished';
+            }""",
+            arg=n_cells, timeout=PIPELINE_TIMEOUT_MS, polling=500,
+        )
+    except PlaywrightTimeoutError:
+        shot("05-batch-timeout")
+        status = subprocess.run([sys.executable, "-m", "vidlora.cli", "status", str(batch_id)],
+                                capture_output=True, text=True, timeout=60)
+        raise AssertionError(f"batch {batch_id} did not finish in {PIPELINE_TIMEOUT_MS // 1000}s:\n"
+                             f"{status.stdout}{status.stderr}\n{describe_workers(cpu_worker, gpu_worker)}") from None
     shot("05-batch-finished")
     assert page.evaluate("window.__noReload") == "same-document", "the batch page reloaded"
     statuses = page.evaluate(

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, WorkerProcess, wait_for
+from tests.conftest import ROOT, WorkerProcess, describe_workers, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 RESULTS_MD = ROOT / "bench" / "results" / "faults.md"
@@ -260,6 +260,10 @@ class Stack:
 
     def resume(self, role: str) -> None:
         os.killpg(self.workers[role].proc.pid, signal.SIGCONT)
+
+    def describe(self) -> str:
+        """Every worker's state and log tail, for a failing test's message."""
+        return describe_workers(*self.workers.values())
 
     def stop_all(self) -> None:
         for worker in self.workers.values():

@@ -45,3 +45,21 @@ def test_audit_flags_a_stuck_analysis_and_a_result_without_health(db_session):
     db_session.expire_all()
     report = audit(db_session, [batch.id])
     assert report.stuck_analyses == [] and len(report.unchecked_results) == 1
+
+
+def test_audit_counts_a_stored_video_without_its_analysis_as_lost(db_session):
+    from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
+
+    first, second = db_session.scalars(select(Scenario).order_by(Scenario.id).limit(2)).all()
+    batch = Batch(name="audit-lost", source="cli", scenario_names=[first.name, second.name])
+    video = Video(sha256="e" * 64, path="videos/y.mp4", original_name="y.mp4", size_bytes=1, status="ready")
+    db_session.add_all([batch, video])
+    db_session.flush()
+    db_session.add(BatchItem(batch_id=batch.id, name="y.mp4", status="stored", video_id=video.id))
+    db_session.add(Analysis(video_id=video.id, scenario_id=first.id, status="rejected", reason="r"))
+    db_session.flush()
+    assert audit(db_session, [batch.id]).lost_videos == ["analyses-of:y.mp4"]
+    # The missing scenario's analysis may come from another batch with the same content.
+    db_session.add(Analysis(video_id=video.id, scenario_id=second.id, status="rejected", reason="r"))
+    db_session.flush()
+    assert audit(db_session, [batch.id]).lost_videos == []
