@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -128,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-db", type=int, default=13)
     parser.add_argument("--no-kick-dispatch", action="store_true",
                         help="leave dispatch to the dispatch_ready messages alone (see module docstring)")
+    parser.add_argument("--sequential", action="store_true",
+                        help="freeze the GPU worker (SIGSTOP) until every video is sampled, then let it "
+                             "analyse: on 2 shared cores the two workers otherwise starve each other")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rss_cpu")
     args = parser.parse_args(argv)
 
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
         "videos_requested": args.videos, "every": args.every, "redis_db": args.redis_db,
         "cpu_concurrency": args.cpu_concurrency, "kick_dispatch": not args.no_kick_dispatch,
+        "sequential": args.sequential,
     }
     with Services("rss", args.redis_db, extra_env={"VIDLORA_SCENARIOS_FILE": str(scen_file)}) as svc:
         from vidlora.submit import submit_paths
@@ -156,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         results["rss_at_ready_kib"] = {"gpu": rss_kib(gpu.proc.pid), "cpu_main": rss_kib(cpu.proc.pid),
                                        "cpu_children": [rss_kib(p) for p in cpu_children0]}
 
+        gpu_frozen = args.sequential
+        if gpu_frozen:
+            os.killpg(gpu.proc.pid, signal.SIGSTOP)
         # One scenario per video, the three in turn (three batches, interleaved submission).
         t_start = time.perf_counter()
         thirds = [clips[i::3] for i in range(3)]
@@ -187,12 +196,18 @@ def main(argv: list[str] | None = None) -> int:
                 next_gpu = (finished // args.every + 1) * args.every
             if finished >= args.videos and sampled >= args.videos:
                 break
-            if not args.no_kick_dispatch and time.perf_counter() - last_kick > 3:
+            if gpu_frozen and sampled >= args.videos:
+                results["cpu_phase_s"] = now
+                os.killpg(gpu.proc.pid, signal.SIGCONT)
+                gpu_frozen = False
+            if not gpu_frozen and not args.no_kick_dispatch and time.perf_counter() - last_kick > 3:
                 dispatch_ready.apply()  # runs here; sends analyze_batch messages to the gpu queue
                 last_kick = time.perf_counter()
             if cpu.proc.poll() is not None or gpu.proc.poll() is not None:
                 raise RuntimeError("a worker exited during the run")
             time.sleep(0.5)
+        if gpu_frozen:  # stopped at the time cap: a frozen worker cannot act on SIGTERM
+            os.killpg(gpu.proc.pid, signal.SIGCONT)
         wall = time.perf_counter() - t_start
         results.update({
             "wall_s": round(wall, 1), "videos_sampled": sampled, "analyses_finished": finished,
@@ -240,7 +255,10 @@ def write_markdown(r: dict[str, Any], path: Path) -> None:
         "at most 64x64 and 4 output tokens. RSS = VmRSS from /proc, sampled every "
         f"{r['every']} finished items; growth = (largest later sample - first sample) / first sample. "
         + ("The benchmark ran `dispatch_ready` itself every 3 s (dispatch messages otherwise wait behind "
-           "the whole ingest backlog on the cpu queue)." if r.get("kick_dispatch") else ""),
+           "the whole ingest backlog on the cpu queue)." if r.get("kick_dispatch") else "")
+        + (f" Sequential: the GPU worker was frozen (SIGSTOP) until all videos were sampled "
+           f"({r.get('cpu_phase_s', '?')} s), then analysed them; each process is measured without the "
+           "other competing for the 2 cores." if r.get("sequential") else ""),
         "",
         f"Reached: **{r['videos_sampled']} sampled videos, {r['analyses_finished']} finished analyses** of "
         f"{r['videos_requested']} requested in {r['wall_s']} s"

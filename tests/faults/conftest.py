@@ -112,9 +112,13 @@ class PrivatePostgres:
                      "--no-sync", "-E", "UTF8")
 
     def start(self) -> None:
-        # fsync off: a "restart" here is a process crash, not a power cut; the OS keeps the data.
+        # fsync off: a "restart" here is a process crash, not a power cut, and the OS keeps what
+        # was written. synchronous_commit must stay on: off, a commit is acknowledged before its
+        # WAL leaves PostgreSQL's own memory, so a crash silently drops transactions the workers
+        # were told had committed (seen: 2 of 40 videos vanished with their analyses). No
+        # production set-up may run with it off either (docs/deploy.md).
         opts = (f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+                "-c synchronous_commit=on -c full_page_writes=off -c max_connections=300")
         _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w",
                      "-t", "60", "start")
 

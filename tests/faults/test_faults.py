@@ -233,7 +233,7 @@ def test_redis_restart_during_bulk_ingest(stack, cpu, gpu, clips, tmp_path, pers
 # -- 4. PostgreSQL restarted while workers write ---------------------------------------------
 
 def test_postgres_restart_while_workers_write(stack, cpu, gpu, clips, tmp_path):
-    from vidlora.models import Video
+    from vidlora.models import BatchItem, Upload, Video
 
     t0 = time.monotonic()
     part = clips[730:770]
@@ -246,15 +246,22 @@ def test_postgres_restart_while_workers_write(stack, cpu, gpu, clips, tmp_path):
     def writing():
         with stack.session() as s:
             statuses = s.scalars(select(Video.status).where(Video.original_name.in_([p.name for p in part]))).all()
-            return statuses.count("ready") >= 3 and len(statuses) < len(part) or None
+            # Mid-way through preparing: some videos ready, others still to be probed/sampled.
+            return 3 <= statuses.count("ready") < len(part) or None
 
-    wait_for(writing, 120, 0.05, "workers writing")
+    wait_for(writing, 120, 0.05, "workers writing", diagnose=stack.describe)
     stack.pg.stop("immediate")  # a crash: open transactions are cut, connections reset
     time.sleep(5)
     stack.pg.start()
     stack.engine.dispose()
     wait_finished(stack, [batch], 300, "batch after the postgres restart")
     rows = analyses(stack, batch)
+    with stack.session() as s:
+        uploads = [(u.name, u.status, u.attempts, u.reason) for u in s.scalars(
+            select(Upload).where(Upload.batch_id == batch, Upload.status != "done"))]
+        items = [(i.name, i.status, i.video_id, i.reason) for i in s.scalars(
+            select(BatchItem).where(BatchItem.batch_id == batch, BatchItem.status != "stored"))]
+    assert not uploads and not items, (uploads, items)
     assert len(rows) == len(part) and all(a.status == "done" for a in rows), [(a.id, a.status, a.reason) for a in rows]
     assert set(results_by_analysis(stack, [a.id for a in rows]).values()) == {1}
     retried = sum(stack.workers[r].log().count(" retry ") for r in ("cpu",))

@@ -9,11 +9,31 @@ from vidlora.doctor import run_checks
 
 def test_doctor_sees_the_database_broker_and_media(database, broker):
     checks = {c.name: c for c in run_checks(get_settings())}
-    assert checks["database"].ok and checks["migrations"].ok
+    assert checks["database"].ok and checks["migrations"].ok and checks["durable commits"].ok
     assert checks["broker"].ok and "queues" in checks["broker"].detail
     assert checks["media store"].ok and checks["ffmpeg"].ok
     # Every failing check says how to fix it.
     assert all(c.fix for c in checks.values() if not c.ok)
+
+
+def test_doctor_flags_a_database_that_acknowledges_commits_before_writing_them(database):
+    from sqlalchemy import create_engine, text
+
+    from vidlora.config import Settings
+
+    # The setting is per database: turn it off on a scratch database, not the shared one.
+    admin = create_engine(database.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    name = database.rsplit("/", 1)[1] + "_async"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
+    try:
+        checks = {c.name: c for c in run_checks(Settings(database_url=database.rsplit("/", 1)[0] + "/" + name))}
+        assert not checks["durable commits"].ok and "synchronous_commit = on" in checks["durable commits"].fix
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def test_doctor_reports_a_missing_database_with_a_fix():
