@@ -75,3 +75,22 @@ def make_celery(settings: Settings) -> Celery:
 
 
 app = make_celery(get_settings())
+
+
+def run_worker(argv: list[str]) -> int:
+    """Run ``celery worker`` in this process and return its exit code.
+
+    ``app.worker_main`` drops the code: a worker that stopped on an "Unrecoverable error"
+    (kombu can raise one while Redis restarts) would exit 0, and a supervisor that restarts
+    only failed processes (systemd ``Restart=on-failure``) would leave it down.
+    """
+    from celery.bin.celery import celery as celery_command
+
+    if "worker" not in argv:
+        raise ValueError("argv must hold the worker sub-command")
+    celery_command.params[0].default = app  # what app.start() does to run a command for this app
+    try:
+        code = celery_command.main(args=argv, standalone_mode=False)
+    finally:
+        celery_command.params[0].default = None
+    return code if isinstance(code, int) else 0

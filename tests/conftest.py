@@ -8,6 +8,7 @@ database, broker and media store are.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,9 @@ REDIS_DB = -1
 def pytest_unconfigure(config):
     if REDIS_DB >= 0:
         _release_redis_db(REDIS_DB)
+    # The run's media and var dirs (worker logs and screenshots live in test-artifacts/).
+    if not os.environ.get("VIDLORA_TEST_KEEP"):
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
 def pytest_configure(config):
@@ -140,7 +144,9 @@ class WorkerProcess:
     """A real `vidlora worker ...` subprocess with its log captured to a file."""
 
     def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=()):
-        self.kind, self.log_path = kind, log_path
+        self.kind, self.log_path, self.args = kind, log_path, tuple(args)
+        self.extra_env = dict(extra_env or {})
+        self.expected_exit = False  # set when a test stops or kills it on purpose
         env = {**os.environ, **(extra_env or {})}
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -168,11 +174,13 @@ class WorkerProcess:
         return [int(p) for p in out.split()]
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        self.expected_exit = True
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        self.expected_exit = True
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:

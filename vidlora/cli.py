@@ -173,7 +173,7 @@ def worker() -> None:
 @click.option("--loglevel", default="INFO")
 def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
     """Ingest and frame sampling (prefork, hard time limits)."""
-    from tasks.celery_app import CONTROL_QUEUE, CPU_QUEUE, app
+    from tasks.celery_app import CONTROL_QUEUE, CPU_QUEUE, run_worker
 
     argv = [
         "worker", "--pool=prefork", f"--concurrency={concurrency}", "-Q", f"{CPU_QUEUE},{CONTROL_QUEUE}",
@@ -186,7 +186,7 @@ def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
         # process dies at start while the worker keeps running, and nothing reconciles.
         settings.var_dir.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", "--schedule", str(settings.var_dir / "celerybeat-schedule")]
-    app.worker_main(argv)
+    sys.exit(run_worker(argv))
 
 
 @worker.command("gpu")
@@ -195,7 +195,7 @@ def worker_gpu(loglevel: str) -> None:
     """One engine per process serving every adapter (solo pool; run one per GPU)."""
     from workers.gpu_worker import run
 
-    run(loglevel)
+    sys.exit(run(loglevel))
 
 
 # -- operators -----------------------------------------------------------------------------

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 
-from tasks.celery_app import GPU_QUEUE, app, worker_queue
+from tasks.celery_app import GPU_QUEUE, run_worker, worker_queue
 from vidlora.config import get_settings
 from workers import registry, runtime
 
 log = logging.getLogger(__name__)
 
 
-def run(loglevel: str = "INFO") -> None:
+def run(loglevel: str = "INFO") -> int:
     from vidlora.db import session_scope
     from vidlora.scenarios import sync_from_settings
     from workers.engine_host import EngineHost
@@ -46,7 +46,7 @@ def run(loglevel: str = "INFO") -> None:
     heartbeat.start()
     runtime.on_batch(heartbeat.beat)
     try:
-        app.worker_main([
+        return run_worker([
             "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
             "-Q", f"{GPU_QUEUE},{queue}", "-n", f"gpu-{name}@%h", f"--loglevel={loglevel}",
             "--without-gossip", "--without-mingle",

@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -196,8 +197,12 @@ class Stack:
     tmpfs: bool
     env: dict[str, str]
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
+    restarts: list[str] = field(default_factory=list)
+    _restarts_reported: int = 0
     _n: int = 0
     _engine: object | None = None
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     # -- database ---------------------------------------------------------------------
     @property
@@ -238,17 +243,34 @@ class Stack:
 
     def start_worker(self, role: str, kind: str, *args: str, extra_env: dict[str, str] | None = None,
                      wait: bool = True, timeout: float = 300) -> WorkerProcess:
-        self._n += 1
-        log = self.root / "logs" / f"{self._n:02d}-{role}.log"
-        log.parent.mkdir(exist_ok=True)
-        worker = WorkerProcess(kind, log, {**self.env, **(extra_env or {})}, args)
-        old = self.workers.get(role)
-        if old is not None:
-            old.stop()
-        self.workers[role] = worker
+        with self._lock:
+            self._n += 1
+            log = self.root / "logs" / f"{self._n:02d}-{role}.log"
+            log.parent.mkdir(exist_ok=True)
+            worker = WorkerProcess(kind, log, {**self.env, **(extra_env or {})}, args)
+            old = self.workers.get(role)
+            if old is not None:
+                old.stop()
+            self.workers[role] = worker
         if wait:
             worker.wait_ready(timeout)
         return worker
+
+    # -- supervision ----------------------------------------------------------------------
+    # Deployments run workers under a supervisor (compose: restart unless-stopped). A worker
+    # may exit on its own under these faults (Celery gives up on an "unrecoverable" broker
+    # error during a Redis restart), and the guarantees are about what a supervised
+    # deployment loses, so the stack restarts such a worker the same way and says so.
+    def supervise(self, period_s: float = 1.0) -> None:
+        while not self._stop.wait(period_s):
+            with self._lock:
+                for role, worker in list(self.workers.items()):
+                    if worker.proc.poll() is None or worker.expected_exit:
+                        continue
+                    self.restarts.append(f"{role} exited with {worker.proc.returncode}: "
+                                         f"{_last_error(worker.log())}")
+                    worker.stop()
+                    self.start_worker(role, worker.kind, *worker.args, extra_env=worker.extra_env, wait=False)
 
     def start_gpu(self, wait: bool = True) -> WorkerProcess:
         # A restarted GPU worker gets a new name, as one with the default name (host-pid) would.
@@ -270,12 +292,18 @@ class Stack:
         return describe_workers(*self.workers.values())
 
     def stop_all(self) -> None:
+        self._stop.set()
         for worker in self.workers.values():
             try:
                 os.killpg(worker.proc.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
             worker.stop()
+
+
+def _last_error(log: str) -> str:
+    lines = [line for line in log.splitlines() if "CRITICAL" in line or "Unrecoverable" in line]
+    return (lines[-1] if lines else (log.splitlines() or ["(empty log)"])[-1])[:300]
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
@@ -316,6 +344,7 @@ def stack() -> Iterator[Stack]:
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
         }
         s = Stack(root, pg, redis_, media, tmpfs, env)
+        threading.Thread(target=s.supervise, name="worker-supervisor", daemon=True).start()
         out = s.cli("db", "upgrade")
         assert out.returncode == 0, out.stdout + out.stderr
         yield s
@@ -362,6 +391,10 @@ def record(stack: Stack, fault: str, batch_ids: list[int], seconds: float, note:
         results = session.scalar(select(func.count()).select_from(Result).join(Analysis)
                                  .where(Analysis.batch_id.in_(batch_ids)))
     c = report.counts
+    with stack._lock:
+        restarted, stack._restarts_reported = stack.restarts[stack._restarts_reported:], len(stack.restarts)
+    if restarted:
+        note += f"; {len(restarted)} worker exit(s) restarted by the supervisor ({restarted[0][:120]})"
     row = FaultRow(fault, videos, results, c["lost_videos"],
                    c["duplicated_analyses"] + c["duplicated_results"],
                    c["stuck_analyses"] + c["stuck_videos"], round(seconds, 1), note)
