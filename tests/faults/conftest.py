@@ -17,7 +17,7 @@ The test process itself keeps the shared settings the root conftest set; asserti
 own SQLAlchemy engine on the private database (``Stack.session()``), and batches are submitted
 through the real CLI in a subprocess with the private environment (``Stack.submit``).
 
-Every test appends a row to ``FAULT_ROWS``; at the end of the session the table is printed and
+Every test appends a row to ``Stack.rows``; at the end of the session the table is printed and
 written to ``bench/results/faults.md``.
 """
 
@@ -185,7 +185,6 @@ class FaultRow:
     note: str = ""
 
 
-FAULT_ROWS: list[FaultRow] = []
 
 
 @dataclass
@@ -198,6 +197,9 @@ class Stack:
     env: dict[str, str]
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     restarts: list[str] = field(default_factory=list)
+    # On the stack, not a module global: pytest imports this conftest under its own name as
+    # well as tests.faults.conftest, and a global would be two lists.
+    rows: list[FaultRow] = field(default_factory=list)
     _restarts_reported: int = 0
     _n: int = 0
     _engine: object | None = None
@@ -362,7 +364,8 @@ def stack() -> Iterator[Stack]:
                 pass
         if tmpfs:
             subprocess.run(["umount", "-l", str(media)], capture_output=True)
-        _write_table(time.monotonic() - t0)
+        if s is not None:
+            _write_table(s.rows, time.monotonic() - t0)
         if not os.environ.get("VIDLORA_FAULTS_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
 
@@ -398,14 +401,14 @@ def record(stack: Stack, fault: str, batch_ids: list[int], seconds: float, note:
     row = FaultRow(fault, videos, results, c["lost_videos"],
                    c["duplicated_analyses"] + c["duplicated_results"],
                    c["stuck_analyses"] + c["stuck_videos"], round(seconds, 1), note)
-    FAULT_ROWS.append(row)
+    stack.rows.append(row)
     print(f"\n[faults] {row}")
     assert (row.lost, row.duplicated, row.stuck) == (0, 0, 0), report
     return row
 
 
-def _write_table(total_s: float) -> None:
-    if not FAULT_ROWS:
+def _write_table(rows: list[FaultRow], total_s: float) -> None:
+    if not rows:
         return
     lines = [
         "# Fault tests",
@@ -416,10 +419,12 @@ def _write_table(total_s: float) -> None:
         "| fault | videos | results | lost | duplicated | stuck | seconds | note |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in FAULT_ROWS:
+    for r in rows:
         lines.append(f"| {r.fault} | {r.videos} | {r.results} | {r.lost} | {r.duplicated} | {r.stuck} | "
                      f"{r.seconds} | {r.note} |")
-    lines += ["", f"Session wall time including service and worker start-up: {total_s:.0f} s", ""]
+    lines += ["", '"videos" counts distinct videos recorded for the batches; "results" counts stored results; '
+              "lost / duplicated / stuck come from `vidlora audit` and must be 0.",
+              "", f"Session wall time including service and worker start-up: {total_s:.0f} s", ""]
     text = "\n".join(lines)
     print("\n" + text)
     RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
