@@ -21,7 +21,8 @@ A private scenarios file keeps each item cheap (2 frames of at most 64x64, 4 out
 tokens): the question is memory per item, not speed. Services: local PostgreSQL (fresh
 database) and Redis (``--redis-db``, flushed), as in bench/pipeline.py.
 
-    .venv/bin/python bench/rss.py --videos 1000 --every 50 --out bench/results/rss_cpu
+    .venv/bin/python bench/rss.py --videos 1000 --every 50 --max-minutes 75 --sequential \
+        --out bench/results/rss_cpu
 """
 
 from __future__ import annotations
