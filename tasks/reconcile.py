@@ -28,7 +28,7 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
     stale = now - timedelta(seconds=stale_s)
     dead_after = now - timedelta(seconds=3 * heartbeat_s)
     live = set(session.scalars(select(Worker.name).where(Worker.status == "ready", Worker.heartbeat_at >= dead_after)))
-    uploads = list(session.scalars(select(Upload.id).where(Upload.status == "pending", Upload.created_at < stale)))
+    uploads = list(session.scalars(select(Upload.id).where(Upload.status == "pending", Upload.updated_at < stale)))
     videos = list(session.scalars(
         select(Video.id).where(Video.status.in_(("registered", "probing")), Video.updated_at < stale)
     ))
@@ -67,6 +67,25 @@ def cpu_backlog() -> int | None:
         return None
 
 
+def claim_orphans(session, stale_s: float, heartbeat_s: float, resend_inputs: bool) -> dict[str, list[int]]:
+    """Find orphaned work and mark it re-sent, in the caller's transaction; the caller sends
+    the messages after commit. ``resend_inputs`` False leaves uploads and videos alone: their
+    message may simply still be waiting in a long cpu queue (a bulk ingest), and re-sending
+    them every sweep would add a duplicate per row per sweep while the backlog only grew."""
+    orphans = find_orphans(session, stale_s, heartbeat_s)
+    if not resend_inputs:
+        orphans["uploads"], orphans["videos"] = [], []
+    for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(orphans["analyses"]))):
+        analysis.status, analysis.ready_at, analysis.worker = "ready", utcnow(), None
+    # Each upload and video is re-sent at most once per stale period, not once per sweep.
+    if orphans["uploads"]:
+        session.execute(update(Upload).where(Upload.id.in_(orphans["uploads"])).values(updated_at=utcnow()))
+    if orphans["videos"]:
+        session.execute(update(Video).where(Video.id.in_(orphans["videos"])).values(updated_at=utcnow()))
+    session.flush()
+    return orphans
+
+
 @app.task(base=VidloraTask, bind=True, name="tasks.reconcile.reconcile")
 def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]:
     from tasks.dispatch import dispatch_ready
@@ -76,17 +95,8 @@ def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]
     settings = get_settings()
     backlog = cpu_backlog()
     with session_scope() as session:
-        orphans = find_orphans(session, stale_s if stale_s is not None else settings.stale_after_s, settings.heartbeat_s)
-        if backlog:
-            # Uploads and videos whose message may simply still be waiting in a long queue (a
-            # bulk ingest) are not re-sent until the queue drains; re-sending them every sweep
-            # would add a duplicate per row per sweep and the backlog would only grow.
-            orphans["uploads"], orphans["videos"] = [], []
-        for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(orphans["analyses"]))):
-            analysis.status, analysis.ready_at, analysis.worker = "ready", utcnow(), None
-        if orphans["videos"]:
-            # Re-send each video at most once per stale period, not once per sweep.
-            session.execute(update(Video).where(Video.id.in_(orphans["videos"])).values(updated_at=utcnow()))
+        orphans = claim_orphans(session, stale_s if stale_s is not None else settings.stale_after_s,
+                                settings.heartbeat_s, resend_inputs=not backlog)
     for upload_id in orphans["uploads"]:
         ingest_upload.delay(upload_id)
     for video_id in orphans["videos"]:

@@ -112,6 +112,9 @@ class Upload(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # Touched by every delivery and by the reconciler's re-send: "pending and not touched for
+    # stale_after_s" is what an upload whose message was lost looks like.
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
 
     batch: Mapped[Batch] = relationship(back_populates="uploads")
 

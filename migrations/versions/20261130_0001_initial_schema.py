@@ -144,6 +144,7 @@ def upgrade() -> None:
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('attempts', sa.Integer(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.CheckConstraint("status IN ('pending', 'done', 'failed')", name=op.f('ck_upload_status')),
     sa.ForeignKeyConstraint(['batch_id'], ['batch.id'], name=op.f('fk_upload_batch_id_batch'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_upload'))
