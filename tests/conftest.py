@@ -212,6 +212,21 @@ def start_worker(database, broker, artifacts_dir) -> Iterator[Callable[..., Work
         worker.stop()
 
 
+def module_gpu_worker(name: str):
+    """A module-scoped ``gpu_worker`` fixture: one real GPU worker named ``name`` for the
+    module, stopped after it. Use as ``gpu_worker = module_gpu_worker("test-gpu-0")``."""
+
+    @pytest.fixture(scope="module")
+    def gpu_worker(start_worker, cpu_worker):
+        worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": name})
+        worker.wait_ready(timeout=600)
+        yield worker
+        # A GPU worker left running would take later modules' analyses off the gpu queue.
+        worker.stop()
+
+    return gpu_worker
+
+
 @pytest.fixture(scope="session")
 def cpu_worker(start_worker) -> WorkerProcess:
     worker = start_worker("cpu", "--concurrency", "2")

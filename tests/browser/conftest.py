@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, module_gpu_worker
 
 CHROMIUM = os.environ.get("VIDLORA_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -35,13 +35,7 @@ def screenshots(artifacts_dir) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def gpu_worker(start_worker, cpu_worker):
-    worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": "browser-gpu-0"})
-    worker.wait_ready(timeout=600)
-    yield worker
-    # A GPU worker left running would take later modules' analyses off the gpu queue.
-    worker.stop()
+gpu_worker = module_gpu_worker("browser-gpu-0")
 
 
 def _free_port() -> int:

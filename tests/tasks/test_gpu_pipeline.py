@@ -9,7 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import select
 
-from tests.conftest import wait_for
+from tests.conftest import module_gpu_worker, wait_for
 from tests.tasks.batch_rows import batch_rows
 from vidlora.samples import generate_samples
 
@@ -17,13 +17,7 @@ pytestmark = pytest.mark.engine
 SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
 
 
-@pytest.fixture(scope="module")
-def gpu_worker(start_worker, cpu_worker):
-    worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": "test-gpu-0"})
-    worker.wait_ready(timeout=600)
-    yield worker
-    # A GPU worker left running would take later modules' analyses off the gpu queue.
-    worker.stop()
+gpu_worker = module_gpu_worker("test-gpu-0")
 
 
 def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, corpus_dir):
