@@ -46,7 +46,7 @@ class PreparedAdapter:
     notes: list[str] = field(default_factory=list)
 
 
-def _base_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
+def base_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
     """Checkpoint module name -> weight shape, from safetensors headers only."""
     from safetensors import safe_open
 
@@ -76,11 +76,24 @@ def _canonical(module: str, lm_prefix: str) -> str:
     return lm_prefix + m.group(1) if m and not _TOWER.search(module) else module
 
 
+PEFT_DEFAULT_ALPHA = 8  # peft.LoraConfig.lora_alpha when a config leaves it out
+
+
+def pattern_key(patterns, module: str) -> str | None:
+    """PEFT's own rule (peft.utils.other.get_pattern_key): the FIRST pattern, in the config's
+    order, that matches the module name anchored at its end on a dot boundary."""
+    for key in patterns:
+        if re.match(rf"(.*\.)?({key})$", module):
+            return key
+    return None
+
+
 def _peft_scale(cfg: dict, module: str, rank: int) -> float:
-    alpha = cfg.get("lora_alpha", rank)
-    for pat, a in (cfg.get("alpha_pattern") or {}).items():
-        if re.search(pat, module):
-            alpha = a
+    """The scale PEFT multiplies B @ A by for ``module`` (its key as trained, without the
+    ``base_model.model.`` prefix): alpha_pattern first match, else lora_alpha; / r or / sqrt(r)."""
+    alpha_pattern = cfg.get("alpha_pattern") or {}
+    key = pattern_key(alpha_pattern, module)
+    alpha = alpha_pattern[key] if key is not None else cfg.get("lora_alpha", PEFT_DEFAULT_ALPHA)
     return alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
 
 
@@ -95,15 +108,29 @@ def _load_weights(src: Path) -> dict[str, torch.Tensor]:
     raise AdapterError(f"{src}: no adapter_model.safetensors or adapter_model.bin")
 
 
+# Config features that change what PEFT computes but that vLLM ignores or rejects: an adapter
+# using one cannot be served exactly, so it is refused (field -> why).
+_UNSERVABLE = {
+    "use_dora": "DoRA (weight-decomposed LoRA) is not supported by vLLM",
+    "lora_bias": "LoRA bias terms (lora_bias) are not applied by vLLM",
+    "modules_to_save": "fully trained modules (modules_to_save) would be ignored by vLLM",
+    "trainable_token_indices": "trained token embeddings (trainable_token_indices) would be ignored by vLLM",
+    "target_parameters": "LoRA on raw parameters (target_parameters) is not supported by vLLM",
+    "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens) is not supported by vLLM",
+    "use_qalora": "QA-LoRA pooling (use_qalora) is not supported by vLLM",
+    "layer_replication": "layer replication is not supported by vLLM",
+    "megatron_config": "Megatron-sharded LoRA layers are not supported by vLLM",
+}
+
+
 def _check_config(cfg: dict, src: Path) -> None:
     if cfg.get("peft_type", "LORA") != "LORA":
-        raise AdapterError(f"{src}: peft_type {cfg.get('peft_type')} is not LORA")
-    if cfg.get("use_dora"):
-        raise AdapterError(f"{src}: DoRA adapters are not supported by vLLM")
+        raise AdapterError(f"{src}: config peft_type: {cfg.get('peft_type')} is not LORA")
     if cfg.get("bias", "none") != "none":
-        raise AdapterError(f"{src}: LoRA bias={cfg.get('bias')} is not supported")
-    if cfg.get("modules_to_save"):
-        raise AdapterError(f"{src}: modules_to_save {cfg['modules_to_save']} would be ignored by vLLM")
+        raise AdapterError(f"{src}: config bias: bias={cfg.get('bias')!r} trains base biases, which vLLM ignores")
+    for key, why in _UNSERVABLE.items():
+        if cfg.get(key):
+            raise AdapterError(f"{src}: config {key}: {why}")
 
 
 def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple[int, ...]],
@@ -111,10 +138,16 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
     """-> {checkpoint module: (A [r,in], B_scaled [out,r])}, notes. Pure; unit-testable."""
     notes: list[str] = []
     pairs: dict[str, dict[str, torch.Tensor]] = {}
+    if not weights:
+        raise AdapterError("adapter has no tensors: it would load and change nothing")
     for key, t in weights.items():
         m = _KEY.match(key)
         if not m:
-            raise AdapterError(f"unrecognised adapter tensor {key!r} (not a LoRA A/B weight)")
+            what = ("a LoRA bias" if ".lora_B.bias" in key or ".lora_A.bias" in key else
+                    "an embedding LoRA (vLLM serves none on this model)" if "lora_embedding_" in key else
+                    "a DoRA magnitude vector" if "lora_magnitude_vector" in key else
+                    "not a LoRA A/B weight")
+            raise AdapterError(f"module {key.rsplit('.lora_', 1)[0]}: tensor {key!r} is {what}")
         pairs.setdefault(m.group("mod"), {})[m.group("ab")] = t.float()
     lm_prefix = _lm_prefix(base)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -206,15 +239,19 @@ def _digest(mods: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str:
 
 
 def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
-                    *, allow_tower: bool = False, dtype: torch.dtype = torch.float32) -> PreparedAdapter:
-    """Check and normalise `src`; write the result under `cache_dir` (reused if present)."""
+                    *, allow_tower: bool = False, dtype: torch.dtype = torch.float32,
+                    base: dict[str, tuple[int, ...]] | None = None) -> PreparedAdapter:
+    """Check and normalise `src`; write the result under `cache_dir` (reused if present).
+
+    Callers go through `engine_patch.registration.AdapterRegistry`, the one adapter path."""
     src, model_path, cache_dir = Path(src), Path(model_path), Path(cache_dir)
     cfg_path = src / "adapter_config.json"
     if not cfg_path.exists():
         raise AdapterError(f"{src}: no adapter_config.json")
     cfg = json.loads(cfg_path.read_text())
     _check_config(cfg, src)
-    mods, notes = normalise(_load_weights(src), cfg, _base_modules(model_path), max_rank, allow_tower)
+    mods, notes = normalise(_load_weights(src), cfg, base if base is not None else base_modules(model_path),
+                            max_rank, allow_tower)
     digest = _digest(mods)
     rank = max(a.shape[0] for a, _ in mods.values())
     dst = cache_dir / f"{src.name}-{digest}"

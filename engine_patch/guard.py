@@ -19,6 +19,18 @@ LoRA ids, rebuild the engine) and exposes it through the small `GuardedEngine` p
    it. If the base model fails its canary too, the engine is at fault, not the adapter:
    nothing is counted and the outputs fail with that said.
 
+The guard judges the engine, not the model:
+- An exception from the engine is an outcome, not a crash of the batch: the batch's
+  requests are re-run alone, the one that raises alone fails with the error and counts a
+  failure against its adapter (quarantine as above); its batch-mates are served.
+- Runaway repetition with finite logprobs is what a model does, not what a broken kernel
+  does. It is re-run alone on a clean cache; reproduced token for token, it is stored as
+  the model's answer with a quality flag (``quality``) and triggers no recovery. Only the
+  engine's signatures (non-finite logprobs, token-0 runs, all-'!') run the ladder.
+- `EngineReplaceRequired` from a step (an engine that cannot be rebuilt in this process)
+  is not handled here: it goes to the worker, which gives its work back and exits for its
+  supervisor to start a fresh process.
+
 Every guard event is logged with the vLLM / torch / Triton / ptxas versions and the device
 (`engine_patch.env.versions`), because those decide whether a LoRA kernel miscompiles.
 """
@@ -39,6 +51,18 @@ log = logging.getLogger("engine_patch.guard")
 DEFAULT_QUARANTINE_AFTER = 2  # ladders that failed for one adapter before it is quarantined
 CANARY_PROMPT = "Describe the picture in one sentence."
 CANARY_TOKENS = 8
+
+
+class EngineReplaceRequired(RuntimeError):
+    """The engine cannot be rebuilt in this process (its device memory was not freed): the
+    worker must release its work and exit so its supervisor starts a fresh process."""
+
+
+def is_model_behaviour(health: "Health") -> bool:
+    """Repetition with finite logprobs: a model's failure mode, not an engine's signature."""
+    return (not health.ok and str(health.reason or "").startswith("runaway repetition")
+            and health.checks.get("logprobs_finite", False) and not health.checks.get("all_bang")
+            and health.checks.get("token0_run", 0) < 4)
 
 
 # -- judging one output -----------------------------------------------------------------------
@@ -176,6 +200,7 @@ class Verdict:
     recovered_by: str | None = None  # the step after which it came back healthy
     quarantined: bool = False  # refused: its adapter is quarantined
     runs: int = 1  # engine runs of this request
+    quality: str | None = None  # the model's own degenerate answer, reproduced: a flag, not a fault
 
     @classmethod
     def of(cls, health: Health | None, **kw: Any) -> "Verdict":
@@ -187,7 +212,7 @@ class Verdict:
         return {"ok": self.ok, "reason": self.reason, "checks": self.checks,
                 "isolated_rerun": self.isolated_rerun, "recovery": list(self.recovery),
                 "recovered_by": self.recovered_by, "quarantined": self.quarantined,
-                "runs": self.runs}
+                "runs": self.runs, "quality": self.quality}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,9 +264,16 @@ class Guard:
             else:
                 run_idx.append(i)
         if run_idx:
-            outs = self.engine.run_batch([requests[i] for i in run_idx])
-            for i, out in zip(run_idx, outs, strict=True):
-                results[i] = (out, Verdict.of(self.engine.check(out)))
+            batch = [requests[i] for i in run_idx]
+            try:
+                outs = self.engine.run_batch(batch)
+            except EngineReplaceRequired:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an engine error is an outcome to isolate
+                self._on_exception(requests, results, run_idx, exc)
+            else:
+                for i, out in zip(run_idx, outs, strict=True):
+                    results[i] = (out, Verdict.of(self.engine.check(out)))
             bad = [i for i in run_idx if self._bad(results[i])]
             if bad:
                 self.note("bad_batch", size=len(run_idx), bad=len(bad),
@@ -249,9 +281,79 @@ class Guard:
                             reasons=sorted({str(results[i][1].reason) for i in bad}))
                 if len(run_idx) > 1:
                     bad = self._isolate(requests, results, bad)
+                bad = self._flag_model_behaviour(requests, results, bad)
                 if bad:
                     self._recover_all(requests, results, bad)
         return [r for r in results if r is not None]  # every slot is filled by now
+
+    def _on_exception(self, requests, results, run_idx: list[int], exc: Exception) -> None:
+        """The batch raised: run each request alone; one that raises alone fails with the
+        error and counts against its adapter, the others are served."""
+        log.warning("guard: engine raised on a batch of %d", len(run_idx), exc_info=exc)
+        self.note("batch_raised", size=len(run_idx), error=f"{type(exc).__name__}: {exc}"[:300])
+        for i in run_idx:
+            req = requests[i]
+            if len(run_idx) == 1:  # it already ran alone
+                results[i] = (None, self._raised_alone(req, exc))
+                continue
+            try:
+                [out] = self.engine.run_batch([req])
+            except EngineReplaceRequired:
+                raise
+            except Exception as alone_exc:  # noqa: BLE001
+                results[i] = (None, self._raised_alone(req, alone_exc))
+                continue
+            results[i] = (out, Verdict.of(self.engine.check(out), isolated_rerun=True, runs=2))
+
+    def _raised_alone(self, request, exc: Exception) -> Verdict:
+        adapter = self.engine.adapter_of(request)
+        why = f"engine raised {type(exc).__name__}: {exc}"[:600]
+        base = self._canary(None, "after_exception")
+        if not base.ok:
+            # The exception broke the engine itself: its fault, not the adapter's.
+            rec = self.recover(None)
+            self.note("engine_unhealthy_after_exception", ok=rec.ok, steps=rec.steps, reason=base.reason)
+            return Verdict(ok=False, reason=f"{why}; engine unhealthy after it ({base.reason}); "
+                                            f"recovered by {rec.step}" if rec.ok else f"{why}; {rec.detail}",
+                           recovery=list(rec.steps), runs=2, judged=False)
+        if adapter is not None:
+            self.failures[adapter] += 1
+            if self.failures[adapter] >= self.quarantine_after:
+                self.quarantined[adapter] = f"{why} ({self.failures[adapter]} failures)"
+                self.note("quarantine", adapter=adapter, failures=self.failures[adapter], reason=why)
+                why += "; adapter now quarantined"
+        self.note("raised_alone", adapter=adapter, reason=why)
+        # judged=False: an error, final as it is (no isolation or ladder run for it again).
+        return Verdict(ok=False, reason=why, runs=2, judged=False)
+
+    def _flag_model_behaviour(self, requests, results, bad: list[int]) -> list[int]:
+        """Repetition the model reproduces alone on a clean cache is its answer, flagged;
+        return the requests that still need the recovery ladder."""
+        still: list[int] = []
+        for i in bad:
+            out, first = results[i]
+            if not is_model_behaviour(Health(first.ok, first.reason, first.checks)):
+                still.append(i)
+                continue
+            try:
+                self.engine.reset_prefix_cache()
+                again, v = self._run_alone(requests[i], first)
+            except EngineReplaceRequired:
+                raise
+            except Exception as exc:  # noqa: BLE001 - could not reproduce: treat as an engine fault
+                log.warning("guard: reproduction run raised", exc_info=exc)
+                still.append(i)
+                continue
+            if v.ok:  # healthy on a clean cache: the first run was the engine's, keep this one
+                results[i] = (again, v)
+            elif list(getattr(again, "token_ids", [])) == list(getattr(out, "token_ids", [None])):
+                v.ok, v.quality, v.reason = True, first.reason, None
+                results[i] = (again, v)
+                self.note("model_quality", adapter=self.engine.adapter_of(requests[i]), reason=first.reason)
+            else:
+                results[i] = (again, v)
+                still.append(i)
+        return still
 
     @staticmethod
     def _bad(result: tuple[Any | None, Verdict] | None) -> bool:
@@ -309,6 +411,8 @@ class Guard:
             done.append(name)
             try:
                 action()
+            except EngineReplaceRequired:
+                raise
             except Exception as exc:  # noqa: BLE001 - a failed step is the next step's job
                 log.exception("guard recovery step %s failed", name)
                 last = Health(False, f"{name} raised {type(exc).__name__}: {exc}")
@@ -339,6 +443,8 @@ class Guard:
     def _canary(self, adapter: str | None, step: str) -> Health:
         try:
             return self.engine.canary(adapter, step)
+        except EngineReplaceRequired:
+            raise
         except Exception as exc:  # noqa: BLE001 - a canary that cannot run has failed
             log.exception("guard canary after %s failed to run", step)
             return Health(False, f"canary raised {type(exc).__name__}: {exc}")

@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     # -- model -------------------------------------------------------------------------
     model: str = ""  # default: the tiny random Qwen3.5 model under var_dir
     adapter_root: Path | None = None  # adapter paths in scenarios.yaml are relative to it
+    # Normalised adapters (engine_patch.registration) are written here; local to each worker.
+    adapter_cache_dir: Path | None = None  # default: var_dir / "prepared-adapters"
     served_model_name: str = ""
 
     # -- ingest limits (bulk archives are hostile until proven otherwise) ---------------
@@ -80,6 +82,10 @@ class Settings(BaseSettings):
     # An adapter whose outputs stay degenerate after the whole recovery ladder this many
     # times is quarantined: its analyses fail at once instead of burning GPU time.
     guard_quarantine_after: int = 2
+    # The guard's last recovery step: "auto" rebuilds the engine in-process when closing it
+    # frees the device memory, else the worker exits for its supervisor to restart it;
+    # "replace" always restarts the worker process.
+    engine_rebuild: str = "auto"
 
     # -- web ---------------------------------------------------------------------------
     secret_key: str = ""  # must be set outside development; see web.create_app
@@ -99,6 +105,10 @@ class Settings(BaseSettings):
             self.model = str(self.var_dir / "tiny-model" / "base")
         if self.adapter_root is None:
             self.adapter_root = self.var_dir / "tiny-model" / "adapters"
+        if self.adapter_cache_dir is None:
+            self.adapter_cache_dir = self.var_dir / "prepared-adapters"
+        if self.engine_rebuild not in ("auto", "replace"):
+            raise ValueError("engine_rebuild must be 'auto' or 'replace'")
         if self.archive_nested not in ("reject", "extract"):
             raise ValueError("archive_nested must be 'reject' or 'extract'")
         if self.cpu_time_limit_s <= self.cpu_soft_time_limit_s:

@@ -54,7 +54,15 @@ from pathlib import Path
 from typing import Any
 
 from engine_patch.env import versions
-from engine_patch.guard import DEFAULT_QUARANTINE_AFTER, Guard, Health, Verdict, check_output
+from engine_patch.registration import Registration, registry_for
+from engine_patch.guard import (
+    DEFAULT_QUARANTINE_AFTER,
+    EngineReplaceRequired,
+    Guard,
+    Health,
+    Verdict,
+    check_output,
+)
 from workers.requests import (
     AnalysisOutput,
     AnalysisRequest,
@@ -81,9 +89,12 @@ class EngineHost:
         self.patch_status = "not applied"
         self.start_seconds: float | None = None
         self._lock = threading.RLock()
-        self._lora_ids: dict[str, int] = {}  # adapter name -> stable vLLM lora_int_id
-        self._lora_paths: dict[str, str] = {}  # adapter name -> path that id was made for
-        self._lora_names: dict[str, str] = {}  # adapter name -> name shown to vLLM
+        self.adapters = registry_for(settings)  # the one adapter path (engine_patch.registration)
+        self._registered: dict[str, Registration] = {}  # adapter name -> its current verdict
+        self._device_verdicts: dict[str, Registration] = {}  # digest -> verdict on this engine
+        self._lora_ids: dict[str, int] = {}  # content digest -> vLLM lora_int_id
+        self._lora_names: dict[int, str] = {}  # lora_int_id -> name shown to vLLM
+        self._id_adapter: dict[int, str] = {}  # lora_int_id -> adapter (scenario) name
         self._next_lora_id = 1  # vLLM reserves 0 for "no adapter"
         self._slots: OrderedDict[int, None] = OrderedDict()  # mirror of vLLM's device LRU
         self._cpu_cache: OrderedDict[int, None] = OrderedDict()  # mirror of its host LRU
@@ -152,6 +163,12 @@ class EngineHost:
         log.info("vLLM engine ready in %.1fs", self.start_seconds)
 
     # -- adapters ----------------------------------------------------------------------------
+    # Every adapter reaches vLLM through engine_patch.registration (the one adapter path):
+    # normalised and checked on the host, then checked on this device (vLLM loads it, it
+    # changes the output vs the base model, its canary is healthy). A refused adapter never
+    # reaches a batch: its requests fail with the reason, and the engine never raises or
+    # rebuilds for it. Adapters are identified by the content hash of their normalised
+    # weights, so one rewritten in place is a new adapter with a new vLLM id.
 
     def _resolve_adapter(self, req: AnalysisRequest) -> tuple[str, str] | None:
         if not req.adapter_name and not req.adapter_path:
@@ -163,46 +180,105 @@ class EngineHost:
                 raise RequestError(f"adapter {req.adapter_name!r} has no path")
             path = str(Path(root) / str(req.adapter_name))
         name = req.adapter_name or Path(path).name
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise RequestError(f"adapter {name!r}: no adapter_config.json in {path}")
         return name, str(Path(path).resolve())
 
-    def lora_request(self, name: str, path: str):
-        """A LoRARequest whose id is stable for the adapter's name.
-
-        A name seen again with a different path gets a new id: vLLM caches weights by id,
-        so reusing the old id would keep serving the old weights without a word.
-        """
-        if self._lora_paths.get(name) != path:
-            if name in self._lora_paths:
-                log.warning("adapter %s moved from %s to %s: new id", name,
-                            self._lora_paths[name], path)
+    def register_adapter(self, name: str, source: str) -> Registration:
+        """The verdict on adapter ``name`` at ``source``: host checks, then device checks
+        (once per content digest and engine). Refusals are kept and shown, never raised."""
+        with self._lock:
+            reg = self.adapters.register(name, source)
+            if reg.ok and self.llm is not None:
+                reg = self._device_check(reg)
+            prev = self._registered.get(name)
+            if prev is not None and prev.digest != reg.digest:
+                log.warning("adapter %s changed (%s -> %s): registered anew", name, prev.digest, reg.digest)
                 self.guard.release(name)  # a new adapter version starts with a clean record
-            self._lora_paths[name] = path
-            self._new_lora_id(name)
-        return self._current_lora(name)
+            self._registered[name] = reg
+            return reg
 
-    def _new_lora_id(self, name: str) -> None:
-        # Names show up in vLLM's logs and metrics; tag only a re-pointed/reloaded adapter.
-        self._lora_names[name] = (f"{name}#{self._next_lora_id}" if name in self._lora_names
-                                  else name)
-        self._lora_ids[name] = self._next_lora_id
+    def registrations(self) -> dict[str, dict[str, Any]]:
+        """Adapter name -> its latest verdict as plain values (heartbeat, identity, doctor)."""
+        return {name: reg.as_dict() for name, reg in sorted(self._registered.items())}
+
+    def _device_check(self, reg: Registration) -> Registration:
+        cached = self._device_verdicts.get(reg.digest)
+        if cached is not None:
+            return replace(cached, name=reg.name, source=reg.source)
+        from engine_patch.selfcheck import check_adapters
+
+        lora = self._lora_for(reg)
+        try:
+            # vLLM's own load, outside any batch: its errors are the adapter's, not a step's.
+            self.llm.llm_engine.add_lora(lora)
+            self._touch_adapters([lora.lora_int_id])
+            [change] = check_adapters(self.llm, [lora])
+            canary = self._canary_impl(self.llm, lora) if change.ok else None
+        except Exception as exc:  # noqa: BLE001 - whatever vLLM raises refuses this adapter only
+            log.warning("adapter %s: device check raised", reg.name, exc_info=True)
+            verdict = reg.refuse(f"vLLM could not serve it: {type(exc).__name__}: {exc}"[:600], "device")
+        else:
+            checks = {"max_logprob_change": round(change.max_logprob_change, 4),
+                      "tokens_differ": change.tokens_differ}
+            if not change.ok:
+                verdict = reg.refuse(f"{change.detail} vs the base model on this engine", "device", **checks)
+            elif not canary.ok:
+                verdict = reg.refuse(f"canary with the adapter: {canary.detail}", "device", **checks)
+            else:
+                verdict = replace(reg, stage="device", checks={**checks, "canary_tokens": list(canary.tokens)[:8]})
+        finally:
+            self._sync_mirror()
+        if not verdict.ok:
+            self._forget_lora(reg.digest)
+        self._device_verdicts[reg.digest] = verdict
+        return verdict
+
+    def lora_request(self, name: str, path: str):
+        """The LoRARequest adapter ``name`` at ``path`` is served with; RequestError with the
+        registration's reason if it is refused."""
+        reg = self.register_adapter(name, path)
+        if not reg.ok:
+            raise RequestError(f"adapter {name!r} refused: {reg.reason}")
+        return self._lora_for(reg)
+
+    def _lora_for(self, reg: Registration):
+        from vllm.lora.request import LoRARequest
+
+        if reg.digest not in self._lora_ids:
+            self._new_lora_id(reg.digest, reg.name)
+        lid = self._lora_ids[reg.digest]
+        return LoRARequest(lora_name=self._lora_names[lid], lora_int_id=lid, lora_path=str(reg.path))
+
+    def _new_lora_id(self, digest: str, name: str) -> None:
+        # vLLM tells LoRARequests apart by name in places (sets of requests), so each id gets
+        # its own; names show up in vLLM's logs and metrics, so only a reload is tagged.
+        lid = self._next_lora_id
         self._next_lora_id += 1
+        self._lora_names[lid] = name if name not in self._id_adapter.values() else f"{name}#{lid}"
+        self._lora_ids[digest] = lid
+        self._id_adapter[lid] = name
+
+    def _forget_lora(self, digest: str | None) -> None:
+        lid = self._lora_ids.pop(digest, None) if digest else None
+        if lid is None:
+            return
+        try:
+            self.llm.llm_engine.remove_lora(lid)
+        except Exception:  # noqa: BLE001 - not loaded, or already gone
+            pass
+        self._slots.pop(lid, None)
+        self._cpu_cache.pop(lid, None)
 
     def _current_lora(self, name: str | None):
         """The LoRARequest ``name`` is served with now (None: the base model)."""
         if name is None:
             return None
-        if name not in self._lora_ids:
+        reg = self._registered.get(name)
+        if reg is None:
             root = getattr(self.settings, "adapter_root", None)
-            path = Path(root or ".") / name
-            if not (path / "adapter_config.json").is_file():
-                raise RequestError(f"adapter {name!r} is unknown to this engine")
-            return self.lora_request(name, str(path.resolve()))
-        from vllm.lora.request import LoRARequest
-
-        return LoRARequest(lora_name=self._lora_names[name], lora_int_id=self._lora_ids[name],
-                           lora_path=self._lora_paths[name])
+            return self.lora_request(name, str((Path(root or ".") / name).resolve()))
+        if not reg.ok:
+            raise RequestError(f"adapter {name!r} refused: {reg.reason}")
+        return self._lora_for(reg)
 
     def _touch_adapters(self, lora_ids: list[int]) -> None:
         max_loras = int(self.settings.max_loras)
@@ -230,8 +306,7 @@ class EngineHost:
 
     def resident_adapters(self) -> list[str]:
         """Adapter names the mirror believes occupy device slots, oldest first."""
-        by_id = {lid: name for name, lid in self._lora_ids.items()}
-        return [by_id.get(lid, str(lid)) for lid in self._slots]
+        return [self._id_adapter.get(lid, str(lid)) for lid in self._slots]
 
     def last_canary(self) -> dict[str, Any] | None:
         """The latest canary result recorded by ``record_canary``, with the adapters the
@@ -275,7 +350,7 @@ class EngineHost:
         """
         self.start()
         with self._lock:
-            self._release_redeployed(requests)
+            self._register_batch(requests)
             self._budget_s = deadline_s
             self._deadline = None if deadline_s is None else time.perf_counter() + float(deadline_s)
             try:
@@ -284,16 +359,16 @@ class EngineHost:
                 self._deadline = self._budget_s = None
             return [_finish(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
 
-    def _release_redeployed(self, requests: Sequence[AnalysisRequest]) -> None:
-        # An adapter that now points at another path is a new deployment of it: lift its
-        # quarantine before the guard would refuse it (lora_request then gives it a new id).
+    def _register_batch(self, requests: Sequence[AnalysisRequest]) -> None:
+        # Before the guard runs the batch: a changed adapter is registered anew (and its
+        # quarantine lifted) and a refused one is known, so neither reaches an engine step.
         for req in requests:
             try:
                 resolved = self._resolve_adapter(req)
             except RequestError:
                 continue
-            if resolved and self._lora_paths.get(resolved[0], resolved[1]) != resolved[1]:
-                self.guard.release(resolved[0])
+            if resolved:
+                self.register_adapter(*resolved)
 
     # -- the guard's view of this engine (engine_patch.guard.GuardedEngine) ------------------
 
@@ -325,22 +400,25 @@ class EngineHost:
 
     def reload_adapter(self, name: str) -> None:
         """Drop the adapter's weights from vLLM and give it a fresh id (recovery step 2):
-        the next request with it reads the adapter from disk again."""
+        the next request with it reads the normalised adapter from disk again."""
         with self._lock:
-            old = self._lora_ids.get(name)
-            if old is None:
+            reg = self._registered.get(name)
+            if reg is None or reg.digest not in self._lora_ids:
                 return  # never loaded here: nothing cached to drop
-            try:
-                self.llm.llm_engine.remove_lora(old)
-            except Exception:  # noqa: BLE001 - the fresh id alone already forces a reload
-                log.warning("remove_lora(%s) for %s failed", old, name, exc_info=True)
-            self._slots.pop(old, None)
-            self._cpu_cache.pop(old, None)
-            self._new_lora_id(name)
+            self._forget_lora(reg.digest)
+            self._new_lora_id(reg.digest, name)
 
     def rebuild_engine(self) -> None:
-        """Shut the engine down and build a new one (recovery step 3)."""
+        """Shut the engine down and build a new one (recovery step 3).
+
+        Only where closing the engine really freed its device memory: otherwise (seen with
+        vLLM 0.26 on the H200) a second engine cannot start in this process, and the host
+        raises ``EngineReplaceRequired`` so the worker gives its work back and exits for its
+        supervisor to start a fresh process. ``engine_rebuild="replace"`` always does that.
+        """
         with self._lock:
+            if str(getattr(self.settings, "engine_rebuild", "auto")) == "replace":
+                raise EngineReplaceRequired("engine_rebuild=replace: a fresh worker process rebuilds the engine")
             old, self.llm, self.tokenizer = self.llm, None, None
             self._inflight = []
             self._slots.clear()
@@ -349,6 +427,10 @@ class EngineHost:
             del old
             gc.collect()
             _empty_device_cache()
+            short = _device_memory_shortfall(float(self.settings.gpu_memory_utilization))
+            if short:
+                raise EngineReplaceRequired(f"closing the engine left {short / 2**30:.1f} GiB of device memory "
+                                            "in use: a new engine cannot start in this process")
             self._build_engine()
             self.rebuilds += 1
 
@@ -382,12 +464,15 @@ class EngineHost:
         for i, req in enumerate(requests):
             try:
                 adapter = self._resolve_adapter(req)
-                inputs.append(build_input(self.tokenizer, req))
-                params.append(sampling_params(req))
-                loras.append(self.lora_request(*adapter) if adapter else None)
-                batch_index.append(i)
+                lora = self.lora_request(*adapter) if adapter else None
+                engine_input, param = build_input(self.tokenizer, req), sampling_params(req)
             except RequestError as exc:
                 results[i] = AnalysisOutput.failed(req.request_key, str(exc))
+                continue
+            inputs.append(engine_input)
+            params.append(param)
+            loras.append(lora)
+            batch_index.append(i)
         if not inputs:
             return [r for r in results if r is not None]
 
@@ -517,6 +602,8 @@ class EngineHost:
             "adapter_loads": self.adapter_loads,
             "adapter_disk_loads": self.adapter_disk_loads,
             "in_process_engine": self.started and self.vllm_lora_state() is not None,
+            "adapters": {name: {"ok": r["ok"], "digest": r["digest"], "reason": r["reason"]}
+                         for name, r in self.registrations().items()},
         }
         return info
 
@@ -592,6 +679,26 @@ def _shutdown(llm: Any) -> None:
         llm.llm_engine.engine_core.shutdown()
     except Exception:  # noqa: BLE001 - a half-dead engine is being replaced anyway
         log.warning("engine shutdown before rebuild failed", exc_info=True)
+    try:  # vLLM's own teardown of the process-wide state an in-process engine leaves
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except Exception:  # noqa: BLE001
+        log.debug("cleanup_dist_env_and_memory failed", exc_info=True)
+
+
+def _device_memory_shortfall(utilization: float) -> int:
+    """Bytes missing on the current CUDA device for an engine asking ``utilization`` of it
+    (0 on CPU, or when enough is free)."""
+    try:
+        import torch
+
+        if _platform_is_cpu() or not torch.cuda.is_available():
+            return 0
+        free, total = torch.cuda.mem_get_info()
+    except Exception:  # noqa: BLE001 - cannot tell: let the build try
+        return 0
+    return max(0, int(utilization * total) - int(free))
 
 
 def _empty_device_cache() -> None:
