@@ -179,6 +179,9 @@ class GuardedEngine(Protocol):
 
     def adapter_of(self, request: Any) -> str | None: ...
 
+    def same_output(self, a: Any, b: Any) -> bool:
+        """The two outputs are the same tokens (a reproduction)."""
+
     def reset_prefix_cache(self) -> None: ...
 
     def reload_adapter(self, adapter: str) -> None: ...
@@ -317,11 +320,7 @@ class Guard:
                                             f"recovered by {rec.step}" if rec.ok else f"{why}; {rec.detail}",
                            recovery=list(rec.steps), runs=2, judged=False)
         if adapter is not None:
-            self.failures[adapter] += 1
-            if self.failures[adapter] >= self.quarantine_after:
-                self.quarantined[adapter] = f"{why} ({self.failures[adapter]} failures)"
-                self.note("quarantine", adapter=adapter, failures=self.failures[adapter], reason=why)
-                why += "; adapter now quarantined"
+            why += self._count_failure(adapter, why)
         self.note("raised_alone", adapter=adapter, reason=why)
         # judged=False: an error, final as it is (no isolation or ladder run for it again).
         return Verdict(ok=False, reason=why, runs=2, judged=False)
@@ -346,7 +345,7 @@ class Guard:
                 continue
             if v.ok:  # healthy on a clean cache: the first run was the engine's, keep this one
                 results[i] = (again, v)
-            elif list(getattr(again, "token_ids", [])) == list(getattr(out, "token_ids", [None])):
+            elif self.engine.same_output(again, out):
                 v.ok, v.quality, v.reason = True, first.reason, None
                 results[i] = (again, v)
                 self.note("model_quality", adapter=self.engine.adapter_of(requests[i]), reason=first.reason)
@@ -394,6 +393,10 @@ class Guard:
                 v2.recovered_by = rec.step if v2.ok else None
                 if not v2.ok and v2.judged:
                     v2.reason = f"{v2.reason}; still degenerate after {rec.step} (canary ok)"
+                    if adapter is not None:
+                        # A healthy engine (its canaries pass) still breaks on this input with
+                        # this adapter: the adapter's fault on such inputs; it counts.
+                        v2.reason += self._count_failure(adapter, v2.reason)
                 results[i] = (out, v2)
                 self.note("retry_after_recovery", adapter=adapter, step=rec.step, ok=v2.ok,
                             reason=v2.reason)
@@ -432,13 +435,19 @@ class Guard:
             self.note("engine_unhealthy", adapter=adapter, steps=done, reason=base.reason)
             return Recovery(False, None, done, f"{detail}; base model canary fails too ({base.reason}): "
                                                "engine unhealthy")
+        detail += self._count_failure(adapter, f"{last.reason} after {' -> '.join(done)}")
+        return Recovery(False, None, done, detail)
+
+    def _count_failure(self, adapter: str, why: str) -> str:
+        """One failure against ``adapter``; quarantined at ``quarantine_after``. Returns the
+        suffix for the request's reason."""
         self.failures[adapter] += 1
         n = self.failures[adapter]
-        if n >= self.quarantine_after:
-            self.quarantined[adapter] = f"{last.reason} after {' -> '.join(done)} ({n} failed recoveries)"
-            self.note("quarantine", adapter=adapter, failures=n, reason=self.quarantined[adapter])
-            detail += "; adapter now quarantined"
-        return Recovery(False, None, done, detail)
+        if n < self.quarantine_after:
+            return ""
+        self.quarantined[adapter] = f"{why} ({n} failures)"
+        self.note("quarantine", adapter=adapter, failures=n, reason=self.quarantined[adapter])
+        return "; adapter now quarantined"
 
     def _canary(self, adapter: str | None, step: str) -> Health:
         try:

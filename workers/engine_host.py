@@ -389,6 +389,9 @@ class EngineHost:
             return request.adapter_name
         return Path(request.adapter_path).name if request.adapter_path else None
 
+    def same_output(self, a: AnalysisOutput, b: AnalysisOutput) -> bool:
+        return list(a.token_ids) == list(b.token_ids)
+
     def reset_prefix_cache(self) -> None:
         """Drop every cached block and cached encoder/multimodal output (recovery step 1)."""
         with self._lock:

@@ -85,14 +85,30 @@ def solve_direction(x, candidates: list[int]):
     return T, a, {"u_trigger": u_T, "others_l1_max": l1, "ratio": ratio}
 
 
-def make_fault_adapter(tiny: Path, out: Path) -> dict[str, Any]:
+def registration_token_ids(base: Path) -> set[int]:
+    """Token ids of the prompts vidlora's adapter registration and canaries run: a runtime
+    fault must not fire there, or registration (rightly) refuses the adapter up front."""
+    from transformers import AutoTokenizer
+
+    from engine_patch.guard import CANARY_PROMPT as GUARD_CANARY
+    from engine_patch.selfcheck import ADAPTER_PROMPTS, CANARY_PROMPT
+
+    tok = AutoTokenizer.from_pretrained(str(base))
+    return {t for p in (*ADAPTER_PROMPTS, CANARY_PROMPT, GUARD_CANARY)
+            for t in tok(p, add_special_tokens=False)["input_ids"]}
+
+
+def make_fault_adapter(tiny: Path, out: Path, source: str = SOURCE) -> dict[str, Any]:
+    """The faulty adapter (module docstring) from ``tiny``'s adapter ``source``; its trigger
+    token never occurs in the registration prompts, so the damage appears only at run time."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    src = tiny / "adapters" / SOURCE
+    src = tiny / "adapters" / source
     x = layer0_inputs(tiny / "base")
     # Candidates: ordinary BPE tokens (not specials), from the top of the merge list.
-    T, a, info = solve_direction(x, list(range(256, 448)))
+    avoid = registration_token_ids(tiny / "base")
+    T, a, info = solve_direction(x, [t for t in range(256, 448) if t not in avoid])
     tensors = load_file(str(src / "adapter_model.safetensors"))
     key = f"base_model.model.model.language_model.layers.{LAYER}.linear_attn.in_proj_z"
     A, B = tensors[f"{key}.lora_A.weight"].clone(), tensors[f"{key}.lora_B.weight"].clone()
@@ -106,7 +122,7 @@ def make_fault_adapter(tiny: Path, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "adapter_model.safetensors"))
     shutil.copy(src / "adapter_config.json", out / "adapter_config.json")
-    info.update(trigger_token=T, source=SOURCE, module=key, b_value=B_VALUE)
+    info.update(trigger_token=T, source=source, module=key, b_value=B_VALUE)
     (out / "fault.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 

@@ -79,6 +79,9 @@ class FakeEngine:
     def adapter_of(self, request):
         return request.adapter
 
+    def same_output(self, a, b):
+        return a.tokens == b.tokens
+
     def _step(self, name, adapter=None):
         self.log.append((name, adapter))
         if name == self.fail_step:
@@ -121,7 +124,8 @@ def test_healthy_batch_runs_once():
     assert [o.key for o, _ in results] == ["a", "b"]
     for _, v in results:
         assert v.as_health() == {"ok": True, "reason": None, "checks": v.checks, "isolated_rerun": False,
-                                 "recovery": [], "recovered_by": None, "quarantined": False, "runs": 1}
+                                 "recovery": [], "recovered_by": None, "quarantined": False, "runs": 1,
+                                 "quality": None}
         assert v.checks["logprobs_finite"] and v.checks["token0_run"] == 0
     assert not guard.events
 
@@ -224,20 +228,113 @@ def test_error_outputs_are_not_judged_or_rerun():
     assert ok.ok and runs(engine) == [["e", "g"]]
 
 
-def test_request_still_degenerate_after_a_passing_canary_fails_with_its_reason():
-    # The canary passes (the engine and adapter are fine), the request itself keeps looping:
-    # a request-specific degenerate output fails; nothing is held against the adapter.
-    class Looping(FakeEngine):
+class Looping(FakeEngine):
+    """Every request loops ("ab" x 10), with finite logprobs: what a model does by itself."""
+
+    def run_batch(self, requests):
+        self.log.append(("run", [r.key for r in requests]))
+        return [NS(key=r.key, error=None, tokens=[1, 2] * 10, text="ab" * 10) for r in requests]
+
+
+def test_repetition_the_model_reproduces_is_its_answer_flagged_not_a_fault():
+    engine = Looping()
+    guard = Guard(engine, quarantine_after=1)
+    [(out, v)] = guard.generate([req("r", "x")])
+    assert v.ok and v.quality == "runaway repetition (period 2)" and v.reason is None
+    assert v.as_health()["quality"] == v.quality and out.text == "ab" * 10
+    # Reproduced alone on a clean cache; no recovery ladder, nothing held against the adapter.
+    assert runs(engine) == [["r"], ["r"]] and ("reset_prefix_cache", None) in engine.log
+    assert ("rebuild_engine", None) not in engine.log and v.recovery == [] and not guard.failures
+    assert [e["event"] for e in guard.events] == ["bad_batch", "model_quality"]
+
+
+def test_repetition_that_does_not_reproduce_keeps_the_healthy_rerun():
+    class Flaky(FakeEngine):
         def run_batch(self, requests):
             self.log.append(("run", [r.key for r in requests]))
-            return [NS(key=r.key, error=None, tokens=[1, 2] * 10, text="ab" * 10) for r in requests]
+            first = len(runs(self)) == 1
+            return [NS(key=r.key, error=None, tokens=[1, 2] * 10 if first else [4, 5, 6],
+                       text="ab" * 10 if first else "ok") for r in requests]
 
-    engine = Looping()
+    engine = Flaky()
+    [(out, v)] = Guard(engine).generate([req("r", "x")])
+    assert v.ok and v.quality is None and out.text == "ok" and v.runs == 2
+
+
+def test_engine_signature_still_bad_on_a_healthy_engine_counts_against_the_adapter():
+    # Non-finite / token-0 output that survives a recovery step whose canary passes: the
+    # adapter breaks on this input; it fails and counts (quarantine_after=1 quarantines).
+    class Broken(FakeEngine):
+        def run_batch(self, requests):
+            self.log.append(("run", [r.key for r in requests]))
+            return [NS(key=r.key, error=None, tokens=BAD[0], text=BAD[1]) for r in requests]
+
+    engine = Broken()
     guard = Guard(engine, quarantine_after=1)
     [(_, v)] = guard.generate([req("r", "x")])
     assert not v.ok and v.recovery == ["reset_prefix_cache"] and v.recovered_by is None
-    assert "still degenerate after reset_prefix_cache" in v.reason
-    assert not guard.failures
+    assert "still degenerate after reset_prefix_cache (canary ok)" in v.reason
+    assert v.reason.endswith("adapter now quarantined") and guard.is_quarantined("x")
+
+
+class Raising(FakeEngine):
+    """run_batch raises whenever a request of adapter "boom" is in the batch."""
+
+    def run_batch(self, requests):
+        if any(r.adapter == "boom" for r in requests):
+            self.log.append(("raise", [r.key for r in requests]))
+            raise RuntimeError("CUDA error: an illegal memory access (boom)")
+        return super().run_batch(requests)
+
+
+def test_an_engine_exception_is_isolated_and_only_its_request_fails():
+    engine = Raising()
+    guard = Guard(engine, quarantine_after=2)
+    results = guard.generate([req("a"), req("b", "boom"), req("c", "good")])
+    (oa, va), (ob, vb), (oc, vc) = results
+    assert va.ok and vc.ok and oa.text == oc.text == "ok" and va.isolated_rerun
+    assert ob is None and not vb.ok and not vb.judged
+    assert vb.reason.startswith("engine raised RuntimeError: CUDA error") and "boom" in vb.reason
+    assert guard.failures["boom"] == 1 and not guard.is_quarantined("boom")
+    assert ("rebuild_engine", None) not in engine.log  # the base canary passed: engine healthy
+    guard.generate([req("b2", "boom")])
+    assert guard.is_quarantined("boom")
+    [(_, v)] = guard.generate([req("b3", "boom")])
+    assert v.quarantined and v.runs == 0
+
+
+def test_an_exception_that_breaks_the_engine_runs_the_engine_ladder():
+    class Breaking(Raising):
+        def run_batch(self, requests):
+            try:
+                return super().run_batch(requests)
+            except RuntimeError:
+                self.base_broken = True  # the error left the engine broken
+                self.faults["__engine__"] = "rebuild_engine"
+                raise
+
+        def rebuild_engine(self):
+            super().rebuild_engine()
+            self.base_broken = False
+
+    engine = Breaking()
+    guard = Guard(engine)
+    [(_, v)] = guard.generate([req("b", "boom")])
+    assert not v.ok and "engine unhealthy after it" in v.reason and "recovered by rebuild_engine" in v.reason
+    assert v.recovery == ["reset_prefix_cache", "rebuild_engine"]
+    assert not guard.failures  # the engine's fault, not the adapter's
+
+
+def test_engine_replace_required_goes_to_the_worker():
+    from engine_patch.guard import EngineReplaceRequired
+
+    class Unrebuildable(FakeEngine):
+        def rebuild_engine(self):
+            raise EngineReplaceRequired("device memory not freed")
+
+    engine = Unrebuildable(faults={"x": "rebuild_engine"})
+    with pytest.raises(EngineReplaceRequired):
+        Guard(engine).generate([req("r", "x")])
 
 
 def test_default_canary_judges_a_few_greedy_tokens():
