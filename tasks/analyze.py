@@ -14,16 +14,24 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from celery.exceptions import WorkerShutdown
+
+from engine_patch.guard import EngineReplaceRequired
 from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.models import Analysis, Result, utcnow
+from vidlora.scenarios import record_registrations
 from workers import runtime
 from workers.requests import AnalysisOutput, AnalysisRequest
 
 log = logging.getLogger(__name__)
+
+# Exit status of a GPU worker that stopped to have its engine replaced (EX_TEMPFAIL): a
+# supervisor restarts it; the work it held is back in the queue already.
+EXIT_ENGINE_REPLACED = 75
 
 
 def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list[AnalysisRequest]:
@@ -140,6 +148,15 @@ def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
         return 0
     try:
         outputs = host.generate(requests, deadline_s=settings.gpu_batch_deadline_s)
+    except EngineReplaceRequired as exc:
+        # The engine cannot be rebuilt in this process: give the work back and exit non-zero;
+        # the supervisor (compose restart policy) starts a fresh worker with a fresh engine.
+        log.error("engine must be replaced: %s; releasing %d analyses and exiting", exc, len(requests))
+        _release(requests, f"engine replaced: {exc}"[:2000])
+        from tasks.dispatch import dispatch_ready
+
+        dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
+        raise WorkerShutdown(EXIT_ENGINE_REPLACED) from exc
     except Exception as exc:  # the engine itself failed; the guard could not recover it
         log.exception("batch %s failed in the engine", analysis_ids)
         _release(requests, f"engine error: {type(exc).__name__}: {exc}"[:2000])
@@ -151,6 +168,8 @@ def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
     # numerics, so an output is reproduced exactly (and a cross-request effect is traced) only
     # with its batch-mates.
     identity = {**host.identity(), "engine_batch": [int(r.request_key) for r in requests]}
+    with session_scope() as session:  # an adapter registered (or refused) during this batch
+        record_registrations(session, host.registrations())
     for output in outputs:
         try:
             _store(output, identity, runtime.worker_name())

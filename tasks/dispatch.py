@@ -42,6 +42,20 @@ def live_workers(session, now: datetime) -> list[WorkerView]:
     ]
 
 
+def _fail_refused(session, now: datetime) -> int:
+    """Ready analyses of a scenario whose adapter the GPU workers refused fail at once with
+    the refusal (module and why): no GPU time, no engine step, and the reason is theirs."""
+    query = (select(Analysis, Scenario.adapter_reason).join(Scenario, Scenario.id == Analysis.scenario_id)
+             .where(Analysis.status == "ready", Scenario.adapter_status == "refused"))
+    if is_postgres():
+        query = query.with_for_update(of=Analysis, skip_locked=True)
+    rows = session.execute(query).all()
+    for analysis, reason in rows:
+        analysis.status, analysis.finished_at = "failed", now
+        analysis.reason = f"adapter refused: {reason}"[:2000]
+    return len(rows)
+
+
 def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
@@ -53,11 +67,12 @@ def dispatch_ready(self: VidloraTask) -> int:
     sends: list[tuple[str, list[int]]] = []
     waiting = False
     with session_scope() as session:
+        _fail_refused(session, now)
         query = (
             select(Analysis, Scenario.name, Scenario.generation, FrameSet)
             .join(Scenario, Scenario.id == Analysis.scenario_id)
             .join(FrameSet, FrameSet.id == Analysis.frame_set_id)
-            .where(Analysis.status == "ready")
+            .where(Analysis.status == "ready", Scenario.adapter_status != "refused")
             .order_by(Analysis.id)
         )
         if is_postgres():

@@ -93,14 +93,31 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
                 checks.append(Check(f"canary {w.name}", canary.get("ok", True) is not False,
                                     str(canary.get("detail") or canary or "not run yet")[:200],
                                     "see the worker log; restart the worker to rebuild its engine"))
-            for s in scenarios:
-                path = Path(s.adapter_path) if s.adapter_path else None
-                ok = path is None or (path / "adapter_config.json").is_file()
-                checks.append(Check(f"adapter {s.name}", ok, str(path) if path else "base model only",
-                                    f"put the PEFT adapter at {path} or fix 'adapter' in the scenario file"))
+            checks += [_adapter_check(s, settings) for s in scenarios]
     except Exception as exc:
         checks.append(Check("registry", False, f"{type(exc).__name__}: {exc}"[:300], "fix the database first"))
     return checks
+
+
+def _adapter_check(scenario, settings: Settings) -> Check:
+    """The workers' registration verdict, or (where this process sees the model and the
+    adapter) the same host-side registration they run: one adapter path for all."""
+    name = f"adapter {scenario.name}"
+    if not scenario.adapter_path:
+        return Check(name, True, "base model only")
+    fix = f"fix or replace the adapter at {scenario.adapter_path} (see the reason), then restart the GPU workers"
+    if scenario.adapter_status == "refused":
+        return Check(name, False, f"refused by the GPU workers: {scenario.adapter_reason}"[:400], fix)
+    if Path(settings.model).is_dir():
+        from engine_patch.registration import registry_for
+
+        reg = registry_for(settings).register(scenario.name, scenario.adapter_path)
+        if not reg.ok:
+            return Check(name, False, f"refused: {reg.reason}"[:400], fix)
+        return Check(name, True, f"{scenario.adapter_status} on the GPU workers; normalised digest {reg.digest}, "
+                                 f"rank {reg.rank}, {len(reg.modules)} modules")
+    return Check(name, scenario.adapter_status != "refused",
+                 f"{scenario.adapter_status} on the GPU workers (model not visible here)")
 
 
 def _media(settings: Settings) -> list[Check]:

@@ -53,8 +53,12 @@ def _status_check(name: str, values: tuple[str, ...], column: str = "status") ->
 Timestamp = DateTime(timezone=True)
 
 
+ADAPTER_STATUSES = ("unchecked", "ok", "refused", "none")
+
+
 class Scenario(Base):
     __tablename__ = "scenario"
+    __table_args__ = (_status_check("adapter_status", ADAPTER_STATUSES, "adapter_status"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -62,6 +66,12 @@ class Scenario(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     adapter_path: Mapped[str | None] = mapped_column(String(1024))
     adapter_version: Mapped[str | None] = mapped_column(String(64))  # content hash of the adapter
+    # The GPU workers' registration verdict (engine_patch.registration): "ok", "refused"
+    # (adapter_reason names the module and why; its analyses fail with it), "unchecked"
+    # (no worker has registered this version yet) or "none" (base model, no adapter).
+    adapter_status: Mapped[str] = mapped_column(String(16), default="unchecked", server_default="unchecked")
+    adapter_reason: Mapped[str | None] = mapped_column(Text)
+    adapter_digest: Mapped[str | None] = mapped_column(String(64))  # of the normalised weights
     system_prompt: Mapped[str | None] = mapped_column(Text)
     prompt: Mapped[str] = mapped_column(Text)
     sampling: Mapped[dict[str, Any]] = mapped_column(default=dict)

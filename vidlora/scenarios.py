@@ -126,9 +126,15 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
         row.system_prompt = spec.system
         # A process that cannot see the adapter files (a web container) must not erase the
         # version a GPU worker recorded.
-        row.adapter_version = adapter_version(spec.adapter_path) or (
+        version = adapter_version(spec.adapter_path) or (
             row.adapter_version if row.adapter_path == spec.adapter_path else None
         )
+        if not spec.adapter_path:
+            row.adapter_status, row.adapter_reason, row.adapter_digest = "none", None, None
+        elif (version, spec.adapter_path) != (row.adapter_version, row.adapter_path) or row.adapter_status == "none":
+            # Another adapter: the workers' verdict on the old one no longer holds.
+            row.adapter_status, row.adapter_reason, row.adapter_digest = "unchecked", None, None
+        row.adapter_version = version
         row.adapter_path = spec.adapter_path
         row.sampling = spec.sampling
         row.generation = spec.generation
@@ -146,3 +152,21 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
 def sync_from_settings(session: Session, settings: Settings) -> dict[str, int]:
     assert settings.adapter_root is not None
     return sync_scenarios(session, load_scenarios(settings.scenarios_file, settings.adapter_root))
+
+
+def record_registrations(session: Session, verdicts: dict[str, dict[str, Any]]) -> int:
+    """Store GPU workers' registration verdicts (``EngineHost.registrations()``) on the
+    scenario rows, so dispatch, status, doctor and the UI see which scenarios are unavailable
+    and why. Returns the number of rows changed."""
+    changed = 0
+    rows = session.scalars(select(Scenario).where(Scenario.name.in_(list(verdicts)))).all()
+    for row in rows:
+        v = verdicts[row.name]
+        if not row.adapter_path or str(Path(v["source"]).resolve()) != str(Path(row.adapter_path).resolve()):
+            continue  # a verdict on another path (an ad-hoc request, an older declaration)
+        status, reason = ("ok", None) if v["ok"] else ("refused", str(v["reason"]))
+        if (row.adapter_status, row.adapter_reason, row.adapter_digest) != (status, reason, v.get("digest")):
+            row.adapter_status, row.adapter_reason, row.adapter_digest = status, reason, v.get("digest")
+            changed += 1
+    session.flush()
+    return changed

@@ -17,8 +17,11 @@ log = logging.getLogger(__name__)
 
 
 def run(loglevel: str = "INFO") -> int:
+    from sqlalchemy import select
+
     from vidlora.db import session_scope
-    from vidlora.scenarios import sync_from_settings
+    from vidlora.models import Scenario
+    from vidlora.scenarios import record_registrations, sync_from_settings
     from workers.engine_host import EngineHost
 
     settings = get_settings()
@@ -26,9 +29,17 @@ def run(loglevel: str = "INFO") -> int:
     queue = worker_queue(name)
     with session_scope() as session:
         sync_from_settings(session, settings)
+        adapters = dict(session.execute(select(Scenario.name, Scenario.adapter_path).where(
+            Scenario.active, Scenario.adapter_path.is_not(None))).all())
     registry.upsert(name, queue, status="starting")
     host = EngineHost(settings)
     host.start()
+    # Every scenario's adapter through the one registration path, on this device, before
+    # the first batch: a refused one is shown unavailable and its analyses fail with why.
+    for scenario, path in sorted(adapters.items()):
+        host.register_adapter(scenario, path)
+    with session_scope() as session:
+        record_registrations(session, host.registrations())
     runtime.install(host, name)
 
     def snapshot() -> dict:

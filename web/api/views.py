@@ -50,6 +50,8 @@ def scenarios():
     return jsonify(scenarios=[{
         "name": s.name, "title": s.title, "description": s.description, "active": s.active,
         "adapter_path": s.adapter_path, "adapter_version": s.adapter_version,
+        "adapter_status": s.adapter_status, "adapter_reason": s.adapter_reason,
+        "available": s.adapter_status != "refused",
         "system_prompt": s.system_prompt, "prompt": s.prompt, "sampling": s.sampling,
         "generation": s.generation, "output_schema": s.output_schema,
         "workers": [w.worker.name for w in held.get(s.name, [])],
