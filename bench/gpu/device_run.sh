@@ -4,6 +4,8 @@
 #          patchoff the same engine without engine_patch; then tiny-model verify + fault injection
 #          eager    the 27B-shape engine with enforce_eager (engine_patch on)
 #          tiny     tiny-model verify (patch on / off) + fault injection only
+#          adapters issue 11: forced-rebuild fault run (patch on, off), verify to 32k tokens,
+#                   verify video mode (both through the worker's adapter registration)
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -19,6 +21,7 @@ mkdir -p $RES
 export PYTHONPATH=$SCRATCH/site:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
        VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false
 GPUKW='{"gdn_prefill_backend": "triton"}'
+VIDEO_ARGS=${VIDEO_ARGS:-"--video"}
 # 20 rank-64 adapters are ~19 GB: tmpfs if it has room (fast reads), else $SCRATCH.
 ASSETS=/dev/shm/vl
 [ "$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -gt 30 ] 2>/dev/null || ASSETS=$SCRATCH/vl
@@ -67,6 +70,31 @@ verify() {  # patch(on/off)
   log "verify $1 rc=$?"; tail -5 $RES/verify_$1.log | cut -c1-300
 }
 
+rebuild() {  # patch(on/off)
+  log "rebuild $1"
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.rebuild --tiny $REPO/var/tiny-model --work $SCRATCH/rebuild_$1 \
+    --json $RES/rebuild_$1.json --patch $1 --utilization 0.3 --llm-kwargs "$GPUKW" > $RES/rebuild_$1.log 2>&1
+  log "rebuild $1 rc=$?"; tail -1 $RES/rebuild_$1.log | cut -c1-400
+}
+
+verify_long() {  # one adapter, text prompts to 32k tokens
+  log "verify long"
+  local A=$REPO/var/tiny-model/adapters
+  timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
+    --adapter $A/artifact_identification --lengths 16,450,2048,8192,16384,32768 --checks a,c \
+    --json $RES/verify_long.json --llm-kwargs "$GPUKW" --workdir $SCRATCH/verify_long > $RES/verify_long.log 2>&1
+  log "verify long rc=$?"; tail -4 $RES/verify_long.log | cut -c1-300
+}
+
+verify_video() {
+  log "verify video"
+  local A=$REPO/var/tiny-model/adapters
+  timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
+    --adapter $A/artifact_identification --adapter $A/tomb_structure --video-frames 8 $VIDEO_ARGS \
+    --json $RES/verify_video.json --llm-kwargs "$GPUKW" --workdir $SCRATCH/verify_video > $RES/verify_video.log 2>&1
+  log "verify video rc=$?"; tail -4 $RES/verify_video.log | cut -c1-300
+}
+
 MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare_grouped3,host_grouped3,adapters20,prefill_nolora,prefill_one,profile,bare_nolora_repeat,bare_sorted3,prefill_mixed3
 case $STAGE in
   main)
@@ -86,6 +114,14 @@ case $STAGE in
   eager)
     assets
     bench eager_patch on 1 warmup,bare_nolora,bare_one,bare_mixed3,prefill_one,bare_nolora_repeat
+    ;;
+  adapters)
+    rebuild on
+    [ $(left) -gt 120 ] && rebuild off
+    [ $(left) -gt 150 ] && verify_long
+    ;;
+  video)
+    verify_video
     ;;
   tiny)
     [ -f $REPO/engine_patch/verify.py ] && verify on

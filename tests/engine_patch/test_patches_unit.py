@@ -79,3 +79,17 @@ def test_apply_is_idempotent_and_reports_names():
     first = engine_patch.apply()
     assert {"lora_index_mask", "packed_groups", "prompt_logprobs"} <= set(first)
     assert engine_patch.apply() == first
+
+
+def test_packed_groups_probe_reads_a_0_26_crash_as_needed(monkeypatch):
+    """vLLM 0.26's expand_packed_lora dereferences a missing member ('NoneType' object has no
+    attribute 'shape'); the probe must say "needed", not crash or skip (seen on the H200)."""
+    import importlib
+
+    cls = importlib.import_module(packed_groups._CLS_PATH).MergedColumnParallelLinearWithLoRA
+
+    def upstream_0_26(self, lora_a, lora_b):
+        return lora_a, [b.shape for b in lora_b]
+
+    monkeypatch.setattr(cls, "expand_packed_lora", upstream_0_26)
+    assert packed_groups.probe() is None

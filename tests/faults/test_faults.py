@@ -25,7 +25,7 @@ from tests.faults.media import long_gop_clip, tiny_clips, write_tar, write_zip
 
 pytestmark = [pytest.mark.faults, pytest.mark.engine]
 
-CLIPS = 830  # partitioned between the tests below so no test re-uses another's content
+CLIPS = 836  # partitioned between the tests below so no test re-uses another's content
 
 
 @pytest.fixture(scope="module")
@@ -413,3 +413,32 @@ def test_soak_500_member_archive_with_10_percent_bad(stack, cpu, gpu, clips, tmp
     row = record(stack, "soak: 500-member zip, 10% bad (truncated/wrong type/empty/traversal)", [batch], elapsed,
                  f"450 good analysed, 50 bad rejected with reasons; {450 / elapsed:.1f} videos/s")
     assert row.results == 450
+
+
+# -- 8. An engine that cannot be rebuilt in its process -----------------------------------------
+
+def test_engine_that_needs_a_rebuild_is_replaced_by_the_supervisor(stack, cpu, gpu, clips, tmp_path):
+    """The engine's weights are corrupted in device memory mid-run (only a new engine cures
+    it). With engine_rebuild=replace (what "auto" does when closing an engine leaves its GPU
+    memory held), the guard's ladder reaches the rebuild step, the worker gives its batch back
+    and exits 75; the supervisor starts a fresh worker, which serves every analysis."""
+    mark = tmp_path / "engine-fault-done"
+    inject = Path(__file__).parent / "engine_fault"
+    env = {"PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]),
+           "VIDLORA_TEST_ENGINE_FAULT_MARK": str(mark), "VIDLORA_ENGINE_REBUILD": "replace",
+           "VIDLORA_WORKER_NAME": "faults-gpu-replace"}
+    t0 = time.monotonic()
+    restarts_before = len(stack.restarts)
+    stack.start_worker("gpu", "gpu", extra_env=env, timeout=600)
+    batch = stack.submit(clips[830:836], ["fault_quick"], "engine-replace")
+    wait_finished(stack, [batch], 600, "analyses after the engine was replaced")
+    assert mark.exists(), "the fault was never injected"
+    restarts = stack.restarts[restarts_before:]
+    assert any("gpu exited with 75" in r for r in restarts), (restarts, stack.describe())
+    rows = analyses(stack, batch)
+    results = results_by_analysis(stack, [a.id for a in rows])
+    for a in rows:
+        assert a.status == "done" and results.get(a.id) == 1, (a.id, a.status, a.reason)
+    record(stack, "engine corrupted; rebuild needs a new process (engine_rebuild=replace)", [batch],
+           time.monotonic() - t0, f"worker exited 75, supervisor restarted it; {len(rows)} analyses done")
+    stack.start_gpu()  # a plain worker for whatever runs after

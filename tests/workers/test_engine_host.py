@@ -378,23 +378,12 @@ def test_runtime_fault_is_isolated_counted_and_quarantined(host, frames, model_d
     assert host.rebuilds == rebuilds and "trigger" in host.identity()["quarantined"]
 
 
-def _corrupt_engine_weights(host) -> None:
-    """Device-memory corruption: one base weight of the running engine turns NaN. Only a
-    rebuild (weights read again) cures it; every request and canary is degenerate before."""
-    import torch
-
-    model = host.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner.model
-    # The final norm's weight is used as stored (the CPU backend repacks matmul weights).
-    name, param = next((n, p) for n, p in model.named_parameters()
-                       if "language_model" in n and n.endswith(".norm.weight") and "layers" not in n)
-    with torch.no_grad():
-        param.fill_(float("nan"))
-
-
 @pytest.mark.engine
 def test_corrupted_engine_is_rebuilt_by_the_ladder(host, alone, frames, model_dir) -> None:
+    from bench.gpu.rebuild import corrupt_final_norm
+
     rebuilds = host.rebuilds
-    _corrupt_engine_weights(host)
+    corrupt_final_norm(host)  # only a rebuild (weights read again) cures it
     [out] = host.generate([make_request("after-corruption", frames, None, model_dir)])
     assert out.error is None and out.health["ok"], out.error
     assert out.health["recovery"] == ["reset_prefix_cache", "rebuild_engine"]
