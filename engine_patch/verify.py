@@ -3,6 +3,16 @@
     python -m engine_patch.verify --model M --adapter A [--adapter B ...] [--merged M2 ...]
         [--lengths 16,127,128,129,450,2048] [--json out.json] [--no-patch] [--dtype bfloat16]
         [--max-new-tokens 16] [--llm-kwargs '{"gdn_prefill_backend": "triton"}'] [--checks a,b,c]
+        [--video [PATH] [--video-frames 4] [--video-max-pixels 16384]]
+
+Adapters go through engine_patch.registration.AdapterRegistry, the one adapter path the GPU
+worker uses: every variant (dyn, the PEFT merge, the fp32 reference) loads the same
+normalised directory, so what passes here is what the worker serves. A refused adapter is a
+failure with the registry's reason. --raw-adapters / --no-patch hand every variant the
+directories as given (upstream behaviour).
+
+--video: check (a) on a chat-templated video request built by the worker's own code
+(engine_patch.verify_video explains it).
 
 Three checks, each on the real engine (exit status 1 if any fails):
 
@@ -10,10 +20,11 @@ Three checks, each on the real engine (exit status 1 if any fails):
     tokens) gets a greedy continuation from the *merged* engine; that one token sequence
     is then teacher-forced (``prompt_logprobs=1``) through every variant:
       dyn    vLLM, ``enable_lora``, the adapter as a dynamic LoRA (engine_patch.apply()
-             and engine_patch.adapters.prepare_adapter unless --no-patch)
+             and the registered adapter unless --no-patch)
       merged vLLM on base weights with the adapter merged in by PEFT ``merge_and_unload``
              (fp32 merge, stored in the checkpoint's dtype and key layout) or --merged
       ref    transformers + PEFT, unmerged, in float32 (TF32 off) -- the oracle
+             (merge and reference load the registered adapter too)
       base / base_ref   no LoRA at all, vLLM vs transformers fp32 (pure dtype noise)
     and compared position by position: mean and max |Δ logprob of the chosen token| and
     agreement of the argmax (greedy) token.
@@ -82,7 +93,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +144,10 @@ class Options:
     k: float = K
     floor_mean: float = FLOOR_MEAN
     floor_max: float = FLOOR_MAX
+    video: bool = False
+    video_path: Path | None = None   # None: a generated sample clip
+    video_frames: int = 4
+    video_max_pixels: int = 128 * 128
 
 
 # -- prompts ------------------------------------------------------------------------------
@@ -198,13 +213,16 @@ def _adapter_rank(path: Path) -> int:
     return max(ranks)
 
 
-def llm_args(model: Path, o: Options, *, lora: bool, max_rank: int, max_loras: int) -> dict[str, Any]:
+def llm_args(model: Path, o: Options, *, lora: bool, max_rank: int, max_loras: int,
+             max_model_len: int | None = None, video: bool = False) -> dict[str, Any]:
     import torch
 
     kw: dict[str, Any] = dict(model=str(model), dtype=o.dtype, seed=0, enforce_eager=True,
-                              max_model_len=max(*o.lengths, MIXED_LEN) + o.max_new_tokens + 8, max_num_seqs=8)
+                              max_model_len=max_model_len or max(*o.lengths, MIXED_LEN) + o.max_new_tokens + 8,
+                              max_num_seqs=8)
     if _model_is_multimodal(model):
-        kw["limit_mm_per_prompt"] = {"image": 0, "video": 0}
+        # Text mode skips the vision encoder's profiling; video mode has the worker's limits.
+        kw["limit_mm_per_prompt"] = {"image": 0, "video": 1 if video else 0}
     if not torch.cuda.is_available():
         kw["kv_cache_memory_bytes"] = 1 << 28  # the CPU backend otherwise takes a share of RAM
     if lora:
@@ -255,14 +273,21 @@ def _tokens_prompt(ids: list[int]):
     return TokensPrompt(prompt_token_ids=list(ids))
 
 
-def score(llm, seqs: list[list[int]], loras: list[Any]) -> list[dict]:
-    """Teacher-forced: chosen-token logprob and argmax id at positions 1..n-1 of each seq."""
+def score(llm, seqs: list[list[int]], loras: list[Any], prompts: list[Any] | None = None) -> list[dict]:
+    """Teacher-forced: chosen-token logprob and argmax id at positions 1..n-1 of each seq.
+
+    `prompts`: the engine inputs when they are not the ids themselves (a video prompt whose
+    placeholder vLLM expands); what vLLM actually ran must still be `seqs`, token for token."""
     from vllm import SamplingParams
 
     sp = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=1, detokenize=False)
-    outs = llm.generate([_tokens_prompt(s) for s in seqs], sp, lora_request=loras, use_tqdm=False)
+    outs = llm.generate(prompts if prompts is not None else [_tokens_prompt(s) for s in seqs], sp,
+                        lora_request=loras, use_tqdm=False)
     res = []
     for s, o in zip(seqs, outs):
+        if list(o.prompt_token_ids) != list(s):
+            raise VerifyError(f"vLLM scored {len(o.prompt_token_ids)} prompt tokens, not the {len(s)} of the "
+                              "sequence it was given: the comparison would be of different sequences")
         lp, top = [], []
         for i, d in enumerate(o.prompt_logprobs[1:], start=1):
             lp.append(d[s[i]].logprob if s[i] in d else float("nan"))
@@ -295,6 +320,11 @@ def generate(llm, prompts: list[list[int]], loras: list[Any], n: int) -> list[di
 def _hf_class(model: Path):
     import transformers
 
+    # vLLM 0.26 registers its own Qwen3_5Config with AutoConfig when it parses a qwen3_5
+    # checkpoint; a later transformers load in this process then builds transformers' model
+    # from vLLM's config class and fails (shared GPU notes). Put transformers' own back.
+    if hasattr(transformers, "Qwen3_5Config"):
+        transformers.AutoConfig.register("qwen3_5", transformers.Qwen3_5Config, exist_ok=True)
     if _model_is_multimodal(model):
         return transformers.AutoModelForImageTextToText
     return transformers.AutoModelForCausalLM
@@ -358,7 +388,9 @@ class Reference:
             self.model.load_adapter(str(path), adapter_name=name)
         self.model.eval()
 
-    def score(self, seq: list[int], adapter_index: int | None, chunk: int = 2048) -> dict:
+    def score(self, seq: list[int], adapter_index: int | None, chunk: int = 2048,
+              mm: dict[str, Any] | None = None) -> dict:
+        """`mm`: extra model inputs sized for `seq` (pixel values, grids, mm_token_type_ids)."""
         import contextlib
 
         import torch
@@ -370,8 +402,11 @@ class Reference:
         else:
             self.model.set_adapter(self.names[adapter_index])
         ids = torch.tensor([seq], device=self.device)
+        extra = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in (mm or {}).items()}
+        if "pixel_values_videos" in extra:  # the vision tower runs in the oracle's dtype too
+            extra["pixel_values_videos"] = extra["pixel_values_videos"].to(next(inner.parameters()).dtype)
         with torch.no_grad(), ctx:
-            hidden = inner.model(input_ids=ids).last_hidden_state[0]
+            hidden = inner.model(input_ids=ids, **extra).last_hidden_state[0]
             head = inner.get_output_embeddings()
             lp, top = [], []
             for s in range(0, len(seq) - 1, chunk):  # logits of a long prompt x a big vocab in pieces
@@ -383,22 +418,103 @@ class Reference:
 
 
 # -- the run --------------------------------------------------------------------------------
-def _lora_requests(o: Options, work: Path) -> tuple[list[Any], int]:
+@dataclass
+class AdapterSet:
+    """The adapters a run verifies: those the registry accepted, as every variant loads them."""
+    options: Options             # the run's options, narrowed to the accepted adapters
+    paths: list[Path]            # what vLLM, the PEFT merge and the fp32 reference all load
+    ranks: list[int]
+    records: list[dict]          # every given adapter's verdict, for the report
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
+
+    def refusal_rows(self) -> tuple[list[dict], list[str]]:
+        rows = [{"adapter": n, "length": "-", "pair": "registration", "mean": None, "max": None, "agree": None,
+                 "ok": False, "role": "check", "reason": r} for n, r in self.refused]
+        return rows, [f"{n}: refused by the adapter registry: {r}" for n, r in self.refused]
+
+
+def shown(path: Any, work: Path | None = None) -> str | None:
+    """A path for the report: relative to the working directory (or marked as inside the work
+    directory) when under it, so committed results carry no machine's layout."""
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    for base, prefix in ((Path.cwd(), ""), (work, "<workdir>/")):
+        if base is not None and p.is_relative_to(Path(base).resolve()):
+            return prefix + p.relative_to(Path(base).resolve()).as_posix()
+    return str(path)
+
+
+def register_adapters(o: Options, work: Path) -> AdapterSet:
+    """Every adapter through AdapterRegistry, as the GPU worker registers it (--raw-adapters,
+    --no-patch: the directories as given, as upstream vLLM would get them)."""
+    keep: list[int] = []
+    paths: list[Path] = []
+    ranks: list[int] = []
+    records: list[dict] = []
+    refused: list[tuple[str, str]] = []
+    registry = None
+    if o.prepare:
+        from .registration import AdapterRegistry
+
+        registry = AdapterRegistry(o.model, 512, work / "prepared")
+    for i, src in enumerate(o.adapters):
+        name = Path(src).name
+        if registry is None:
+            keep.append(i)
+            paths.append(Path(src))
+            ranks.append(_adapter_rank(Path(src)))
+            records.append({"name": name, "source": shown(src), "ok": True, "path": shown(src), "stage": "raw"})
+            continue
+        reg = registry.register(name, src)
+        rec = reg.as_dict()
+        rec.update(source=shown(reg.source), path=shown(reg.path, work))
+        records.append(rec)
+        if not reg.ok:
+            refused.append((name, reg.reason or "refused"))
+            continue
+        keep.append(i)
+        paths.append(Path(reg.path))
+        ranks.append(int(reg.rank or _adapter_rank(Path(reg.path))))
+    # --merged is positional over a prefix of the adapters, so filtering keeps it a prefix.
+    narrowed = replace(o, adapters=[o.adapters[i] for i in keep],
+                       merged=[o.merged[i] for i in keep if i < len(o.merged)])
+    return AdapterSet(narrowed, paths, ranks, records, refused)
+
+
+def _lora_requests(o: Options, ads: AdapterSet) -> tuple[list[Any], int]:
     from vllm.lora.request import LoRARequest
 
-    reqs, ranks = [], []
-    for i, src in enumerate(o.adapters):
-        path = Path(src)
-        if o.prepare:
-            from .adapters import prepare_adapter
+    reqs = [LoRARequest(f"{Path(src).name}#{i}", i + 1, str(path))
+            for i, (src, path) in enumerate(zip(o.adapters, ads.paths))]
+    return reqs, max(ads.ranks)
 
-            prep = prepare_adapter(path, o.model, max_rank=512, cache_dir=work / "prepared")
-            path, rank = prep.path, prep.rank
-        else:
-            rank = _adapter_rank(path)
-        ranks.append(rank)
-        reqs.append(LoRARequest(f"{Path(src).name}#{i}", i + 1, str(path)))
-    return reqs, max(ranks)
+
+def begin(o: Options) -> tuple[list[str], Path, AdapterSet]:
+    """Patches, the work directory and the registered adapters: the start of either mode."""
+    if o.patch:
+        import engine_patch
+
+        patches = engine_patch.apply()
+    else:
+        patches = []
+    work = Path(o.workdir or tempfile.mkdtemp(prefix="vidlora-verify-"))
+    work.mkdir(parents=True, exist_ok=True)
+    return patches, work, register_adapters(o, work)
+
+
+def finish(o: Options, work: Path, out: dict, ads: AdapterSet) -> dict:
+    rows, failures = ads.refusal_rows()
+    out["rows"] = rows + out.get("rows", [])
+    out["failures"] = failures + out.get("failures", [])
+    for key in ("mixed", "long_short", "inconclusive"):
+        out.setdefault(key, [])
+    out["adapters"] = ads.records
+    if o.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        out["workdir"] = shown(work)
+    return out
 
 
 def _safe(results: dict, key: str, fn) -> Any:
@@ -422,19 +538,15 @@ def run(o: Options) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    if o.patch:
-        import engine_patch
-
-        patches = engine_patch.apply()
-    else:
-        patches = []
-    work = Path(o.workdir or tempfile.mkdtemp(prefix="vidlora-verify-"))
-    work.mkdir(parents=True, exist_ok=True)
+    patches, work, ads = begin(o)
+    out: dict[str, Any] = {"patches": patches, "errors": [], "skipped": []}
+    o = ads.options
+    if not o.adapters:
+        return finish(o, work, out, ads)
     tok = AutoTokenizer.from_pretrained(str(o.model))
     n_ad = len(o.adapters)
     lengths = sorted(set(o.lengths))
     prompts = {L: make_prompt(tok, L) for L in lengths}
-    out: dict[str, Any] = {"patches": patches, "errors": [], "skipped": []}
     timing: dict[str, float] = {}
 
     # (a.1) merged engines: the greedy continuation and the merged scores.
@@ -443,7 +555,7 @@ def run(o: Options) -> dict:
     if "a" in o.checks:
         for i, adapter in enumerate(o.adapters):
             t = time.time()
-            mpath = Path(o.merged[i]) if i < len(o.merged) else merge_adapter(o.model, adapter, work / f"merged-{i}")
+            mpath = Path(o.merged[i]) if i < len(o.merged) else merge_adapter(o.model, ads.paths[i], work / f"merged-{i}")
             llm = make_llm(**llm_args(mpath, o, lora=False, max_rank=0, max_loras=0))
             gens = generate(llm, [prompts[L] for L in lengths], [None] * len(lengths), o.max_new_tokens)
             seqs[i] = {L: prompts[L] + g["tokens"] for L, g in zip(lengths, gens)}
@@ -453,7 +565,7 @@ def run(o: Options) -> dict:
 
     # (a.2, b, c) the dynamic-LoRA engine.
     t = time.time()
-    loras, max_rank = _lora_requests(o, work)
+    loras, max_rank = _lora_requests(o, ads)
     llm = make_llm(**llm_args(o.model, o, lora=True, max_rank=max_rank, max_loras=n_ad))
     variants: list[Any] = [None] + loras
     short = [make_prompt(tok, 16, offset=3), make_prompt(tok, MIXED_LEN, offset=5), prompts[lengths[0]]]
@@ -518,7 +630,7 @@ def run(o: Options) -> dict:
     if "a" in o.checks:
         t = time.time()
         device = o.ref_device or ("cuda" if torch.cuda.is_available() else "cpu")
-        ref = Reference(o.model, o.adapters, device, o.ref_dtype)
+        ref = Reference(o.model, ads.paths, device, o.ref_dtype)
         for i in range(n_ad):
             ref_scores[i] = {L: ref.score(seqs[i][L], i) for L in lengths}
         base_ref = {L: ref.score(seqs[0][L], None) for L in lengths}
@@ -528,11 +640,10 @@ def run(o: Options) -> dict:
 
     out.update(evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scores, base_ref,
                         mixed_raw, long_short, short))
+    for r in out["rows"]:
+        r["mode"] = "text"
     out["timing_s"] = {k: round(v, 1) for k, v in timing.items()}
-    out["workdir"] = str(work)
-    if o.workdir is None:
-        shutil.rmtree(work, ignore_errors=True)
-    return out
+    return finish(o, work, out, ads)
 
 
 def evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scores, base_ref,
@@ -663,7 +774,8 @@ def table(res: dict) -> str:
         if r.get("inconclusive"):
             verdict += " (inconclusive)"
         agree = "-" if r.get("agree") is None else f"{100 * r['agree']:.1f}%"
-        lines.append(f"| {r['adapter']} | {r['length']} | {r['pair']} | {_f(r.get('mean'))} | {_f(r.get('max'))} | "
+        pair = r["pair"] if r.get("positions", "continuation") == "continuation" else f"{r['pair']} @{r['positions']}"
+        lines.append(f"| {r['adapter']} | {r['length']} | {pair} | {_f(r.get('mean'))} | {_f(r.get('max'))} | "
                      f"{agree} | {tol} | {verdict} |")
     lines += ["", "| mixed batch | index | adapter | generate (diverge@, max) | teacher-forced max | result |", "|---|---|---|---|---|---|"]
     for m in res.get("mixed", []):
@@ -709,24 +821,34 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, argparse.Namespa
     ap.add_argument("--ref-dtype", default="float32")
     ap.add_argument("--ref-device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--no-patch", action="store_true", help="plain vLLM: no engine_patch.apply(), raw adapters, plugin off")
-    ap.add_argument("--raw-adapters", action="store_true", help="hand vLLM the adapters as given (skip prepare_adapter)")
-    ap.add_argument("--checks", default="a,b,c", help="subset of a (accuracy), b (mixed batches), c (long-then-short)")
+    ap.add_argument("--raw-adapters", action="store_true", help="hand every variant the adapters as given (skip the adapter registry)")
+    ap.add_argument("--checks", default=None,
+                    help="subset of a (accuracy), b (mixed batches), c (long-then-short); default a,b,c (--video: a)")
     ap.add_argument("--llm-kwargs", default="{}", help='extra vllm.LLM kwargs as JSON, e.g. {"gdn_prefill_backend": "triton"}')
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--workdir", type=Path, default=None, help="keep merged models etc. here")
     ap.add_argument("--k", type=float, default=K)
     ap.add_argument("--floor-mean", type=float, default=FLOOR_MEAN)
     ap.add_argument("--floor-max", type=float, default=FLOOR_MAX)
+    ap.add_argument("--video", nargs="?", const="", default=None, metavar="PATH",
+                    help="video mode: check (a) on a chat-templated video request (PATH, or a generated sample clip)")
+    ap.add_argument("--video-frames", type=int, default=4, help="frames sampled uniformly (the sampling policy's num_frames)")
+    ap.add_argument("--video-max-pixels", type=int, default=128 * 128, help="the sampling policy's max_pixels per frame")
     a = ap.parse_args(argv)
     if a.merged and len(a.merged) > len(a.adapter):
         ap.error("more --merged than --adapter")
+    video = a.video is not None
+    checks = tuple(x.strip() for x in (a.checks or ("a" if video else "a,b,c")).split(",") if x.strip())
+    if video and checks != ("a",):
+        ap.error("--video runs check a only (mixed batches and long-then-short are text-mode checks)")
     o = Options(model=a.model, adapters=a.adapter, merged=a.merged,
                 lengths=tuple(int(x) for x in a.lengths.split(",") if x.strip()),
                 max_new_tokens=a.max_new_tokens, dtype=a.dtype, ref_dtype=a.ref_dtype, ref_device=a.ref_device,
-                patch=not a.no_patch, prepare=not (a.no_patch or a.raw_adapters),
-                checks=tuple(x.strip() for x in a.checks.split(",") if x.strip()),
+                patch=not a.no_patch, prepare=not (a.no_patch or a.raw_adapters), checks=checks,
                 llm_kwargs=json.loads(a.llm_kwargs), workdir=a.workdir, k=a.k,
-                floor_mean=a.floor_mean, floor_max=a.floor_max)
+                floor_mean=a.floor_mean, floor_max=a.floor_max, video=video,
+                video_path=Path(a.video) if a.video else None, video_frames=a.video_frames,
+                video_max_pixels=a.video_max_pixels)
     return o, a
 
 
@@ -743,14 +865,23 @@ def main(argv: list[str] | None = None) -> int:
     from .env import versions
 
     t0 = time.time()
-    res = run(o)
+    if o.video:
+        from .verify_video import run_video
+
+        res = run_video(o)
+    else:
+        res = run(o)
     res["ok"] = not res["failures"] and not res["errors"]
     res["command"] = "python -m engine_patch.verify " + " ".join(sys.argv[1:] if argv is None else argv)
     res["versions"] = versions()
-    res["config"] = {"model": str(o.model), "adapters": [str(p) for p in o.adapters], "merged": [str(p) for p in o.merged],
-                     "lengths": list(o.lengths), "max_new_tokens": o.max_new_tokens, "dtype": o.dtype,
-                     "ref_dtype": o.ref_dtype, "patch": o.patch, "prepare_adapter": o.prepare, "checks": list(o.checks),
-                     "llm_kwargs": o.llm_kwargs}
+    res["config"] = {"model": shown(o.model), "adapters": [shown(p) for p in o.adapters],
+                     "merged": [shown(p) for p in o.merged], "mode": "video" if o.video else "text",
+                     "lengths": [] if o.video else list(o.lengths), "max_new_tokens": o.max_new_tokens,
+                     "dtype": o.dtype, "ref_dtype": o.ref_dtype, "patch": o.patch, "prepare_adapter": o.prepare,
+                     "checks": list(o.checks), "llm_kwargs": o.llm_kwargs}
+    if o.video:
+        res["config"].update(video=shown(o.video_path) if o.video_path else "generated sample",
+                             video_frames=o.video_frames, video_max_pixels=o.video_max_pixels)
     res["tolerance"] = {
         "k": o.k, "floor_mean": o.floor_mean, "floor_max": o.floor_max,
         "rule": "dyn~ref passes iff finite, mean <= max(floor_mean, k*noise_mean(L)) and max <= max(floor_max, "

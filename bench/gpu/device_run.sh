@@ -21,7 +21,10 @@ mkdir -p $RES
 export PYTHONPATH=$SCRATCH/site:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
        VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false
 GPUKW='{"gdn_prefill_backend": "triton"}'
-VIDEO_ARGS=${VIDEO_ARGS:-"--video"}
+VIDEO_ARGS=${VIDEO_ARGS:-"--video $REPO/var/verify-frames"}
+# verify builds several engines in one process: small ones, so each finds room (closed
+# in-process engines did not always give their memory back on 0.26).
+VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15}'
 # 20 rank-64 adapters are ~19 GB: tmpfs if it has room (fast reads), else $SCRATCH.
 ASSETS=/dev/shm/vl
 [ "$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -gt 30 ] 2>/dev/null || ASSETS=$SCRATCH/vl
@@ -81,8 +84,8 @@ verify_long() {  # one adapter, text prompts to 32k tokens
   log "verify long"
   local A=$REPO/var/tiny-model/adapters
   timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
-    --adapter $A/artifact_identification --lengths 16,450,2048,8192,16384,32768 --checks a,c \
-    --json $RES/verify_long.json --llm-kwargs "$GPUKW" --workdir $SCRATCH/verify_long > $RES/verify_long.log 2>&1
+    --adapter $A/artifact_identification --lengths 16,450,2048,8192,16384,32704 --max-new-tokens 16 --checks a,c \
+    --json $RES/verify_long.json --llm-kwargs "$VERIFYKW" --workdir $SCRATCH/verify_long > $RES/verify_long.log 2>&1
   log "verify long rc=$?"; tail -4 $RES/verify_long.log | cut -c1-300
 }
 
@@ -90,8 +93,8 @@ verify_video() {
   log "verify video"
   local A=$REPO/var/tiny-model/adapters
   timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
-    --adapter $A/artifact_identification --adapter $A/tomb_structure --video-frames 8 $VIDEO_ARGS \
-    --json $RES/verify_video.json --llm-kwargs "$GPUKW" --workdir $SCRATCH/verify_video > $RES/verify_video.log 2>&1
+    --adapter $A/artifact_identification --adapter $A/tomb_structure $VIDEO_ARGS --max-new-tokens 16 \
+    --json $RES/verify_video.json --llm-kwargs "$VERIFYKW" --workdir $SCRATCH/verify_video > $RES/verify_video.log 2>&1
   log "verify video rc=$?"; tail -4 $RES/verify_video.log | cut -c1-300
 }
 
@@ -119,6 +122,9 @@ case $STAGE in
     rebuild on
     [ $(left) -gt 120 ] && rebuild off
     [ $(left) -gt 150 ] && verify_long
+    ;;
+  long)
+    verify_long
     ;;
   video)
     verify_video

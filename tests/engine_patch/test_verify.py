@@ -10,10 +10,12 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from engine_patch.verify import Options, compare, compare_generation, make_prompt, tolerance
+from engine_patch.verify_video import InputMismatch, check_same_input
 
 from .assets import REPO, full_adapters, tiny_model
 
@@ -62,12 +64,35 @@ def test_prompts_have_exact_lengths():
     assert make_prompt(tok, 64, offset=1) != make_prompt(tok, 64)
 
 
-def _verify(tmp_path, *extra: str, timeout: int = 600) -> tuple[int, dict, str]:
+def test_input_mismatch_names_the_first_differing_token():
+    check_same_input([1, 2, 3], [1, 2, 3])
+    with pytest.raises(InputMismatch, match=r"at position 2: vLLM \[1, 2, 9, 4\].*reference \[1, 2, 3, 4\]"):
+        check_same_input([1, 2, 3, 4], [1, 2, 9, 4])
+    with pytest.raises(InputMismatch, match=r"\(transformers AutoProcessor, 2 tokens\).*\(3 tokens\) at position 2"):
+        check_same_input([1, 2], [1, 2, 3])
+
+
+def text_prefix_adapter(src: Path, dst: Path) -> Path:
+    """`src` with the text-only model's key prefix (base_model.model.model.layers.*), as an
+    adapter trained on Qwen3.5's language model alone is saved: PEFT cannot place those keys
+    on the vision-language class, the registry maps them onto the checkpoint's."""
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    sd = load_file(str(src / "adapter_model.safetensors"))
+    renamed = {k.replace("model.language_model.", "model."): v for k, v in sd.items()}
+    assert renamed.keys() != sd.keys() and all(".language_model." not in k for k in renamed)
+    save_file(renamed, str(dst / "adapter_model.safetensors"))
+    (dst / "adapter_config.json").write_text((src / "adapter_config.json").read_text())
+    return dst
+
+
+def _verify(tmp_path, *extra: str, timeout: int = 600, adapters: list[Path] | None = None) -> tuple[int, dict, str]:
     root = tiny_model()
     out = tmp_path / "verify.json"
     cmd = [sys.executable, "-m", "engine_patch.verify", "--model", str(root / "base"),
            "--max-new-tokens", "8", "--json", str(out), *extra]
-    for a in full_adapters(root):
+    for a in adapters if adapters is not None else full_adapters(root):
         cmd += ["--adapter", str(a)]
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -95,3 +120,49 @@ def test_verify_without_patch_fails_on_mixed_batch_with_base_requests(tmp_path):
     base_in_mixed = [m for m in res["mixed"] if m["batch"] == "with_no_adapter" and m["adapter"] is None]
     assert base_in_mixed and not all(m["generate"]["ok"] for m in base_in_mixed), base_in_mixed
     assert "VERIFY FAIL" in stdout
+
+
+@pytest.mark.engine
+def test_verify_passes_on_a_text_prefix_adapter(tmp_path):
+    """The reference and the merge load the registry's normalised adapter, as vLLM does: with
+    the raw one PEFT would place nothing and the reference would be the base model."""
+    src = full_adapters(tiny_model())[0]
+    adapter = text_prefix_adapter(src, tmp_path / "text_prefix")
+    rc, res, stdout = _verify(tmp_path, "--checks", "a", "--lengths", "16,129", adapters=[adapter])
+    assert rc == 0, (res["failures"], res["errors"])
+    [reg] = res["adapters"]
+    assert reg["ok"] and reg["path"].startswith("<workdir>/prepared/text_prefix-"), reg
+    checks = [r for r in res["rows"] if r["pair"] == "dyn~ref"]
+    assert len(checks) == 2 and all(r["ok"] and not r["inconclusive"] for r in checks), checks
+    sanity = [r for r in res["rows"] if r["pair"] == "merged~ref"]
+    assert sanity and all(r["ok"] for r in sanity)
+    assert not res["inconclusive"] and "VERIFY PASS" in stdout
+
+
+@pytest.mark.engine
+def test_verify_refused_adapter_is_a_failure_with_its_reason(tmp_path):
+    bad = tmp_path / "not_an_adapter"
+    bad.mkdir()
+    rc, res, stdout = _verify(tmp_path, "--checks", "a", "--lengths", "16", adapters=[bad])
+    assert rc == 1 and not res["ok"] and not res["errors"]
+    [row] = res["rows"]
+    assert row["pair"] == "registration" and not row["ok"] and "adapter_config.json" in row["reason"]
+    assert any("refused by the adapter registry" in f for f in res["failures"]) and "VERIFY FAIL" in stdout
+
+
+@pytest.mark.engine
+def test_verify_video_mode_on_the_worker_request(tmp_path):
+    adapter = full_adapters(tiny_model())[0]
+    rc, res, stdout = _verify(tmp_path, "--video", "--video-frames", "4", "--video-max-pixels", str(128 * 128),
+                              adapters=[adapter])
+    assert rc == 0, (res["failures"], res["errors"])
+    video = res["video"]
+    assert video["frames"] == 4 and video["width"] * video["height"] <= 128 * 128 and video["video_tokens"] > 0
+    assert all(r["mode"] == "video" for r in res["rows"])
+    cont = [r for r in res["rows"] if r["positions"] == "continuation"]
+    assert {r["pair"] for r in cont} >= {"base~base_ref", "merged~ref", "dyn~ref", "dyn~merged", "dyn~base"}
+    [check] = [r for r in cont if r["pair"] == "dyn~ref"]
+    assert check["ok"] and not check["inconclusive"] and check["n"] == 8 and check["role"] == "check"
+    assert check["length"] == video["prompt_tokens"]
+    assert any(r["positions"] == "text" and r["pair"] == "dyn~ref" for r in res["rows"])
+    assert "VERIFY PASS" in stdout

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Build the payload that carries vLLM >= 0.27 (CUDA 13) to the offline H200 machine, whose image
+# has torch 2.11.0+cu130, Triton 3.6.0 and Python 3.12 (plan.md beside this file: sizes, calls, cost).
+#
+# Usage (from the repo root):  bash bench/gpu/payload_v27plus/build.sh [OUTDIR] [MODE...]
+#   OUTDIR  default .gpu-payload-v27 (git-ignored)
+#   MODE    full       vLLM + the torch it pins + that torch's triton + torchvision + deps  (default)
+#           vllm-only  vLLM + deps + the triton of vLLM's torch; runs on the image's torch 2.11
+#                      (vLLM's compiled ops need no symbol torch 2.11 lacks: plan.md)
+#           triton     only that triton wheel: pair with the shared 0.26 payload to change
+#                      Triton alone (3.6.0 -> 3.7.1)
+# Env: VLLM_VERSION (default 0.32.0: the newest vLLM pinning torch 2.13; 0.33.0 pins torch 2.14 +
+#      triton 3.8), PRUNE_SM (default 90: keep only sm_90 cubins in every fatbin; PRUNE_SM= to keep
+#      all), CHUNK (default 60000000 bytes), XZ_T (xz threads, default 2), TRITON (override the
+#      triton version), KEEP (1: keep downloads/stage; default 1, the per-wheel .tar.xz are cached).
+# Result: OUTDIR/MODE/payload.tar.xz.part-aa..  SHA256SUMS  install.sh  MANIFEST.txt  calls.txt
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:-.gpu-payload-v27}; shift || true
+MODES=${*:-full}
+VLLM_VERSION=${VLLM_VERSION:-0.32.0}
+PRUNE_SM=${PRUNE_SM-90}
+CHUNK=${CHUNK:-60000000}
+XZ_T=${XZ_T:-2}
+KEEP=${KEEP:-1}
+PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64
+      --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_18_x86_64
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+dl() {  # dl SPEC... : download into $OUT/wheels (no deps, cp312 manylinux, like shared/gpu/build_payload.sh)
+  PIP_CONSTRAINT= python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLAT[@]}" -d "$OUT/wheels" "$@"
+}
+whl() { ls "$OUT"/wheels/"$1"-*.whl 2>/dev/null | head -1; }   # whl DIST_PREFIX (as in file names)
+req() {  # req WHEEL NAME : the version NAME is pinned to (== or ~=) in WHEEL's METADATA
+  python3 - "$1" "$2" <<'PY'
+import re, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+for l in z.read(meta).decode().splitlines():
+    m = re.match(r"Requires-Dist: *%s *\(?(?:==|~=) *([^;,) ]+)" % re.escape(sys.argv[2]), l, re.I)
+    if m and "extra ==" not in l:
+        print(m.group(1)); break
+PY
+}
+mkdir -p "$OUT/wheels"
+echo "== download (vllm $VLLM_VERSION)"
+dl "vllm==$VLLM_VERSION"
+V=$(whl "vllm-$VLLM_VERSION")
+TORCH_V=$(req "$V" torch); TV_V=$(req "$V" torchvision)
+dl "torch==$TORCH_V"
+T=$(whl "torch-$TORCH_V")
+TRITON_SPEC=${TRITON:-$(req "$T" triton)}
+echo "vllm $VLLM_VERSION pins torch==$TORCH_V torchvision==$TV_V; torch $TORCH_V pins triton $(req "$T" triton); carrying triton $TRITON_SPEC"
+dl "triton==$TRITON_SPEC" "torchvision==$TV_V"
+dl -r "$HERE/requirements-common.txt"
+TR=$(whl "triton-$TRITON_SPEC"); TVW=$(whl "torchvision-$TV_V")
+COMMON=()
+while read -r line; do
+  name=${line%%==*}; ver=${line#*==}
+  f=$(ls "$OUT"/wheels/ | grep -i "^$(echo "$name" | tr '-' '_')-$ver-" | head -1)
+  [ -n "$f" ] || { echo "missing wheel for $line" >&2; exit 1; }
+  COMMON+=("$OUT/wheels/$f")
+done < <(grep -v '^\s*#' "$HERE/requirements-common.txt" | grep '==')
+
+STAGE="$OUT/stage-sm${PRUNE_SM:-all}"; XZD="$OUT/xz-sm${PRUNE_SM:-all}"
+mkdir -p "$STAGE" "$XZD"
+ALL=("$V" "$T" "$TR" "$TVW" "${COMMON[@]}")
+echo "== slim ($( [ -n "$PRUNE_SM" ] && echo "fatbins pruned to sm_$PRUNE_SM" || echo "fatbins untouched"))"
+python3 "$HERE/slim.py" "$STAGE" "${ALL[@]}" ${PRUNE_SM:+--prune-sm "$PRUNE_SM"} --report "$STAGE/prune-report.tsv"
+echo "== xz -9e each staged wheel (cached in $XZD)"
+for w in "${ALL[@]}"; do
+  b=$(basename "$w")
+  if [ ! -s "$XZD/$b.tar.xz" ]; then
+    s=$(date +%s)
+    tar -C "$STAGE" -cf - --owner=0 --group=0 "$b" | xz -9e -T"$XZ_T" > "$XZD/$b.tar.xz.tmp"
+    mv "$XZD/$b.tar.xz.tmp" "$XZD/$b.tar.xz"
+    echo "  $b: $(stat -c %s "$w") raw wheel, $(stat -c %s "$STAGE/$b") staged, $(stat -c %s "$XZD/$b.tar.xz") xz ($(( $(date +%s) - s )) s)"
+  fi
+done
+
+for MODE in $MODES; do
+  case $MODE in
+    full)      SEL=("$V" "$T" "$TR" "$TVW" "${COMMON[@]}") ;;
+    vllm-only) SEL=("$V" "$TR" "${COMMON[@]}") ;;
+    triton)    SEL=("$TR") ;;
+    *) echo "unknown mode $MODE" >&2; exit 2 ;;
+  esac
+  D="$OUT/$MODE"; rm -rf "$D"; mkdir -p "$D"
+  # concatenated xz streams of concatenated tars: install.sh unpacks with xz -dc | tar -xi
+  for w in "${SEL[@]}"; do cat "$XZD/$(basename "$w").tar.xz"; done > "$D/payload.tar.xz"
+  (cd "$D" && split -b "$CHUNK" -a 2 payload.tar.xz payload.tar.xz.part- && rm payload.tar.xz \
+     && sha256sum payload.tar.xz.part-* > SHA256SUMS)
+  cp "$HERE/install.sh" "$D/install.sh"
+  {
+    echo "mode=$MODE vllm=$VLLM_VERSION torch=$( [ "$MODE" = full ] && echo "$TORCH_V" || echo "image 2.11.0") triton=$TRITON_SPEC prune_sm=${PRUNE_SM:-none} chunk=$CHUNK"
+    echo "ptxas (sm_90) bundled with triton $TRITON_SPEC: $(unzip -p "$TR" triton/backends/nvidia/bin/ptxas > "$OUT/.ptxas" && chmod +x "$OUT/.ptxas" && "$OUT/.ptxas" --version | grep release; rm -f "$OUT/.ptxas")"
+    for w in "${SEL[@]}"; do b=$(basename "$w"); echo "$b raw=$(stat -c %s "$w") staged=$(stat -c %s "$STAGE/$b") xz=$(stat -c %s "$XZD/$b.tar.xz")"; done
+    echo "total_xz=$(cat "$D"/payload.tar.xz.part-* | wc -c) chunks=$(ls "$D"/payload.tar.xz.part-* | wc -l)"
+  } > "$D/MANIFEST.txt"
+  python3 "$HERE/calls.py" "$OUT/$MODE" > "$D/calls.txt"
+  echo "== $MODE"; cat "$D/MANIFEST.txt"; ls -la "$D"
+done
+if [ "$KEEP" = 0 ]; then rm -rf "$OUT/wheels" "$STAGE"; fi
