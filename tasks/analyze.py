@@ -16,7 +16,6 @@ from sqlalchemy import select
 
 from celery.exceptions import WorkerShutdown
 
-from engine_patch.guard import EngineReplaceRequired
 from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
@@ -141,6 +140,9 @@ def _release(requests: list[AnalysisRequest], reason: str) -> None:
 
 @app.task(base=VidloraTask, bind=True, name="tasks.analyze.analyze_batch")
 def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
+    # Here, not at module level: CPU-image processes load this module and have no engine_patch.
+    from engine_patch.guard import EngineReplaceRequired
+
     host = runtime.get_host()
     settings = get_settings()
     requests = _claim(self, analysis_ids, runtime.worker_name())

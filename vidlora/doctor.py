@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,7 +109,7 @@ def _adapter_check(scenario, settings: Settings) -> Check:
     fix = f"fix or replace the adapter at {scenario.adapter_path} (see the reason), then restart the GPU workers"
     if scenario.adapter_status == "refused":
         return Check(name, False, f"refused by the GPU workers: {scenario.adapter_reason}"[:400], fix)
-    if Path(settings.model).is_dir():
+    if Path(settings.model).is_dir() and importlib.util.find_spec("engine_patch") is not None:
         from engine_patch.registration import registry_for
 
         reg = registry_for(settings).register(scenario.name, scenario.adapter_path)

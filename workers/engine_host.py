@@ -87,6 +87,7 @@ class EngineHost:
         self.adapter_loads = 0  # device-slot misses (see module docstring)
         self.adapter_disk_loads = 0  # host-cache misses: adapter read from disk
         self.patch_status = "not applied"
+        self.kernel_check: dict[str, Any] | None = None  # engine_patch.selfcheck at start
         self.start_seconds: float | None = None
         self._lock = threading.RLock()
         self.adapters = registry_for(settings)  # the one adapter path (engine_patch.registration)
@@ -144,6 +145,7 @@ class EngineHost:
             if self.llm is not None:
                 return
             self.patch_status = _apply_engine_patch()
+            self.kernel_check = _check_kernels(self.patch_status)
             self._build_engine()
             health = self.canary(None, "start")
             if not health.ok:
@@ -590,6 +592,7 @@ class EngineHost:
             "max_num_seqs": int(s.max_num_seqs),
             "enforce_eager": bool(s.enforce_eager),
             "engine_patch": self.patch_status,
+            "kernel_check": self.kernel_check,
             "versions": {
                 "vllm": _version("vllm"),
                 "torch": torch.__version__,
@@ -732,6 +735,22 @@ def _apply_engine_patch() -> str:
     result = apply()
     log.info("engine_patch applied: %s", result)
     return "applied" if result is None else f"applied: {result}"
+
+
+def _check_kernels(patch_status: str) -> dict[str, Any] | None:
+    """The LoRA kernels of this device against an fp32 reference, before the engine is built
+    (a failure turns engine_patch's mitigations on and checks again; still failing raises
+    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched."""
+    if not patch_status.startswith("applied") or os.environ.get("VIDLORA_ENGINE_PATCH") == "off":
+        return None
+    from engine_patch.selfcheck import check_kernels
+
+    t0 = time.perf_counter()
+    report = check_kernels()
+    log.info("LoRA kernel self-check: %s", report.detail)
+    return {"ok": report.ok, "ops": report.ops, "first_attempt_ok": report.first_attempt_ok,
+            "mitigations": report.mitigations, "detail": report.detail[:300],
+            "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _platform_is_cpu() -> bool:

@@ -1,6 +1,10 @@
 """vidlora.doctor and vidlora.audit against the real test database and Redis."""
 
+from pathlib import Path
+
 from sqlalchemy import select
+
+from vidlora.db import session_scope
 
 from vidlora.audit import audit
 from vidlora.config import get_settings
@@ -83,3 +87,36 @@ def test_audit_counts_a_stored_video_without_its_analysis_as_lost(db_session):
     db_session.add(Analysis(video_id=video.id, scenario_id=second.id, status="rejected", reason="r"))
     db_session.flush()
     assert audit(db_session, [batch.id]).lost_videos == []
+
+
+def test_doctor_runs_the_workers_registration_on_each_adapter(database, tmp_path):
+    """An adapter the GPU workers would refuse is flagged with the module and why, by the same
+    registration they run (engine_patch.registration), before any worker starts."""
+    import json
+    import shutil
+
+    from sqlalchemy import select
+
+    from tests.engine_patch.assets import tiny_model
+    from vidlora.config import get_settings
+    from vidlora.doctor import run_checks
+    from vidlora.models import Scenario
+
+    settings = get_settings()
+    src = Path(settings.adapter_root) / "tomb_structure"
+    bad = tmp_path / "dora"
+    shutil.copytree(src, bad)
+    cfg = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
+    assert tiny_model()
+    with session_scope() as session:
+        row = session.scalar(select(Scenario).where(Scenario.name == "tomb_structure"))
+        path, row.adapter_path = row.adapter_path, str(bad)
+    try:
+        checks = {c.name: c for c in run_checks(settings)}
+        assert checks["adapter artifact_identification"].ok
+        tomb = checks["adapter tomb_structure"]
+        assert not tomb.ok and "use_dora" in tomb.detail and "DoRA" in tomb.detail and tomb.fix
+    finally:
+        with session_scope() as session:
+            session.scalar(select(Scenario).where(Scenario.name == "tomb_structure")).adapter_path = path

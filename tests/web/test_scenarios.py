@@ -42,3 +42,30 @@ def test_stale_worker_does_not_count_as_holder(logged_in_client, make_worker):
     assert "gpu-gone-test" not in holders
     with session_scope() as session:
         assert session.query(Worker).filter(Worker.name == "gpu-gone-test").count() == 1
+
+
+def test_refused_adapter_shows_unavailable_with_its_reason(logged_in_client):
+    from sqlalchemy import select
+
+    from vidlora.models import Scenario
+    from vidlora.scenarios import record_registrations
+
+    reason = "module model.visual.blocks.0.attn.qkv: vision-tower LoRA, but the engine serves no tower LoRA <b>"
+    with session_scope() as session:
+        row = session.scalar(select(Scenario).where(Scenario.name == "tomb_structure"))
+        path, before = row.adapter_path, (row.adapter_status, row.adapter_reason, row.adapter_digest)
+        assert record_registrations(session, {"tomb_structure": {
+            "ok": False, "reason": reason, "digest": None, "source": path}}) == 1
+    try:
+        html = logged_in_client.get("/scenarios/").get_data(as_text=True)
+        assert 'data-testid="unavailable-tomb_structure"' in html
+        refusal = html.split('data-testid="refusal-tomb_structure">')[1].split("</p>")[0]
+        assert "vision-tower LoRA" in refusal and "&lt;b&gt;" in refusal  # the reason, escaped
+        assert 'data-testid="unavailable-artifact_identification"' not in html
+        api = logged_in_client.get("/api/v1/scenarios").get_json()["scenarios"]
+        tomb = next(s for s in api if s["name"] == "tomb_structure")
+        assert tomb["available"] is False and tomb["adapter_status"] == "refused" and tomb["adapter_reason"] == reason
+    finally:
+        with session_scope() as session:
+            row = session.scalar(select(Scenario).where(Scenario.name == "tomb_structure"))
+            row.adapter_status, row.adapter_reason, row.adapter_digest = before

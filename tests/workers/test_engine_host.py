@@ -290,6 +290,7 @@ def test_identity(host, model_dir) -> None:
     assert ident["versions"]["vllm"] == ident["vllm_version"]
     assert ident["max_loras"] == 2 and ident["max_lora_rank"] == 8
     assert ident["started"] and ident["in_process_engine"]
+    assert ident["kernel_check"]["ok"] is True and ident["kernel_check"]["ops"] == "torch"
     assert ident["device"]
 
 

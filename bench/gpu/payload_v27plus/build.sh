@@ -28,7 +28,7 @@ PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 dl() {  # dl SPEC... : download into $OUT/wheels (no deps, cp312 manylinux, like shared/gpu/build_payload.sh)
   PIP_CONSTRAINT= python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp "${PLAT[@]}" -d "$OUT/wheels" "$@"
+    --implementation cp "${PLAT[@]}" -d "$OUT/wheels" "$@" 2> >(grep -v "is ignored: it is neither" >&2)
 }
 whl() { ls "$OUT"/wheels/"$1"-*.whl 2>/dev/null | head -1; }   # whl DIST_PREFIX (as in file names)
 req() {  # req WHEEL NAME : the version NAME is pinned to (== or ~=) in WHEEL's METADATA
