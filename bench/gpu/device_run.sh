@@ -126,6 +126,10 @@ case $STAGE in
   long)
     verify_long
     ;;
+  fault)
+    fault on
+    [ $(left) -gt 120 ] && fault off
+    ;;
   video)
     verify_video
     ;;

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace as dc_replace
 import math
 import os
 import random
@@ -171,7 +172,7 @@ def run(args) -> dict[str, Any]:
         model=str(tiny / "base"), max_loras=4, max_cpu_loras=8, max_lora_rank=8,
         max_model_len=args.long + 512, max_num_seqs=16, gpu_memory_utilization=0.9,
         enforce_eager=True, served_model_name="", kv_cache_memory_bytes=args.kv_bytes,
-        adapter_root=str(adapters))
+        adapter_root=str(adapters), var_dir=str(work), adapter_cache_dir=str(work / "prepared"))
     extra = json.loads(args.llm_kwargs or "{}")
 
     class Host(eh.EngineHost):
@@ -237,6 +238,12 @@ def run(args) -> dict[str, Any]:
     t1 = time.time()
     faulted = dict(zip([r.request_key for r in batch], submit(batch)))
     res["fault_batch_s"] = round(time.time() - t1, 2)
+    # Control: the same batch, same order and shape, with the faulty adapter's requests on the
+    # adapter it was derived from. Co-batched outputs equal to the control's mean no request
+    # was changed by the fault; a difference from `ref` alone can be batch-shape numerics.
+    control_batch = [dc_replace(r, adapter_name=SOURCE, adapter_path=str(adapters / SOURCE))
+                     if r.adapter_name == "FAULT" else r for r in batch]
+    control = dict(zip([r.request_key for r in batch], submit(control_batch)))
     later = dict(zip([r.request_key for r in good], submit(good)))
     later_short = submit([bad[1]])[0]
 
@@ -253,6 +260,7 @@ def run(args) -> dict[str, Any]:
     res["bad"]["FAULT-long"]["first_tokens"] = faulted["FAULT-long"]["tokens"][:12]
     res["fault_short_later"] = {k: later_short.get(k) for k in ("finite", "status", "text")}
     res["cobatched"] = {k: cmp(ref[k], faulted[k]) for k in keys}
+    res["cobatched_vs_control"] = {k: cmp(control[k], faulted[k]) for k in keys}
     res["later"] = {k: cmp(ref[k], later[k]) for k in keys}
     res["reference_finite"] = all(r["finite"] for r in ref.values())
     res["reference_status"] = {k: v["status"] for k, v in ref.items()}
@@ -268,6 +276,7 @@ def run(args) -> dict[str, Any]:
         "bad_long_text": fl["text"],
         "bad_short_ok": res["bad"]["FAULT-short"]["finite"] and res["bad"]["FAULT-short"]["status"] == "ok",
         "cobatched_damaged": damaged(res["cobatched"]),
+        "cobatched_differs_from_control": damaged(res["cobatched_vs_control"]),
         "later_damaged": damaged(res["later"]),
         "good_requests": len(good),
     }
