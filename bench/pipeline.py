@@ -237,8 +237,11 @@ def machine() -> dict[str, Any]:
 def requests_of(batch_id: int) -> list[dict[str, Any]]:
     """Each analysis of the batch as the gpu worker would build it (tasks.analyze._claim),
     with what the dispatcher needs to group it, in ready (arrival) order."""
+    from dataclasses import asdict
+
     from sqlalchemy import select
 
+    from tasks.analyze import build_request
     from vidlora.config import get_settings
     from vidlora.db import session_scope
     from vidlora.models import Analysis
@@ -249,17 +252,12 @@ def requests_of(batch_id: int) -> list[dict[str, Any]]:
         rows = session.scalars(select(Analysis).where(Analysis.batch_id == batch_id, Analysis.frame_set_id.is_not(None)))
         for a in sorted(rows, key=lambda a: (a.ready_at, a.id)):
             s, fs = a.scenario, a.frame_set
-            gen = s.generation
+            # The worker's own request building: the same requests, generation settings included.
+            req = asdict(build_request(a.id, s, fs, settings.media_root))
             out.append({
-                "request": {
-                    "request_key": str(a.id), "prompt": s.prompt, "system": s.system_prompt,
-                    "frames": [str(settings.media_root / f) for f in fs.files], "timestamps": list(fs.timestamps),
-                    "adapter_name": s.name if s.adapter_path else None, "adapter_path": s.adapter_path,
-                    "max_tokens": int(gen.get("max_tokens", 256)), "temperature": float(gen.get("temperature", 0.0)),
-                    "top_p": float(gen.get("top_p", 1.0)), "seed": gen.get("seed"),
-                },
+                "request": req,
                 "ready": {"id": a.id, "adapter": s.name, "frames": len(fs.files), "width": fs.width or 0,
-                          "height": fs.height or 0, "max_tokens": int(gen.get("max_tokens", 256)),
+                          "height": fs.height or 0, "max_tokens": req["max_tokens"],
                           "ready_since": a.ready_at.isoformat()},
                 "system_text": a.result.text if a.result else None,
                 "system_output_tokens": a.result.output_tokens if a.result else None,
@@ -300,7 +298,6 @@ def task_seconds(log_text: str) -> list[float]:
 
 
 def phase_system(args, svc: Services, results: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    from tasks.dispatch import dispatch_ready
     from vidlora.submit import submit_paths
 
     n_videos = math.ceil(args.analyses / len(SCENARIOS))
@@ -337,14 +334,14 @@ def run_b(batch_id: int, n: int, gpu: "Worker") -> dict[str, Any]:
     """B once: the batch's analyses back to ``ready`` (frames kept), then dispatch -> stored."""
     from sqlalchemy import func, select
 
-    from tasks.dispatch import dispatch_ready
+    from tasks import messages
     from vidlora.db import session_scope
     from vidlora.models import Analysis
 
     reset_to_ready(batch_id)
     mark = len(gpu.log())
     t0 = time.perf_counter()
-    dispatch_ready.delay()
+    messages.dispatch_ready()
     counts = wait_batch(batch_id, n, 3600)
     wall = time.perf_counter() - t0
     tasks = task_seconds(gpu.log()[mark:])

@@ -21,8 +21,8 @@ prints a JSON report):
 - `canary(llm, lora_request=None, prompt=CANARY_PROMPT, max_tokens=8) -> CanaryResult`
   Two greedy runs of a fixed prompt: both healthy (`guard.check_output`: finite
   logprobs, no token-0 runs, not all `!`, no runaway repetition) and identical.
-  `CanaryResult.ok/.detail/.tokens`; `.reason` aliases `.detail`, so
-  `Guard(canary=selfcheck.canary)` works as is.
+  `CanaryResult.ok/.detail/.tokens` (`.reason` aliases `.detail`): the engine host runs it at
+  start, at adapter registration and after each of the guard's recovery steps.
 """
 from __future__ import annotations
 

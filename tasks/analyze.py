@@ -16,13 +16,14 @@ from sqlalchemy import select
 
 from celery.exceptions import WorkerShutdown
 
+from tasks import messages
 from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.models import Analysis, Result, utcnow
-from vidlora.scenarios import record_registrations
+from vidlora.scenarios import Generation, record_registrations
 from workers import runtime
 from workers.requests import AnalysisOutput, AnalysisRequest
 
@@ -53,7 +54,7 @@ def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list
 def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> AnalysisRequest:
     """The engine request for one analysis: its scenario's prompt, adapter and generation
     settings over its frame set. The one place a stored analysis becomes a request."""
-    gen = scenario.generation
+    gen = Generation.of(scenario.generation)
     return AnalysisRequest(
         request_key=str(analysis_id),
         prompt=scenario.prompt,
@@ -62,11 +63,11 @@ def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> An
         timestamps=list(frame_set.timestamps),
         adapter_name=scenario.name if scenario.adapter_path else None,
         adapter_path=scenario.adapter_path,
-        max_tokens=int(gen.get("max_tokens", 256)),
-        temperature=float(gen.get("temperature", 0.0)),
-        top_p=float(gen.get("top_p", 1.0)),
-        seed=gen.get("seed"),
-        repetition_penalty=float(gen.get("repetition_penalty", 1.0)),
+        max_tokens=gen.max_tokens,
+        temperature=gen.temperature,
+        top_p=gen.top_p,
+        seed=gen.seed,
+        repetition_penalty=gen.repetition_penalty,
     )
 
 
@@ -138,7 +139,7 @@ def _release(requests: list[AnalysisRequest], reason: str) -> None:
                 analysis.status, analysis.reason, analysis.ready_at = "ready", reason, utcnow()
 
 
-@app.task(base=VidloraTask, bind=True, name="tasks.analyze.analyze_batch")
+@app.task(base=VidloraTask, bind=True, name=messages.ANALYZE_BATCH)
 def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
     # Here, not at module level: CPU-image processes load this module and have no engine_patch.
     from engine_patch.guard import EngineReplaceRequired
@@ -155,16 +156,12 @@ def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
         # the supervisor (compose restart policy) starts a fresh worker with a fresh engine.
         log.error("engine must be replaced: %s; releasing %d analyses and exiting", exc, len(requests))
         _release(requests, f"engine replaced: {exc}"[:2000])
-        from tasks.dispatch import dispatch_ready
-
-        dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
+        messages.dispatch_ready(countdown=settings.dispatch_max_wait_s)
         raise WorkerShutdown(EXIT_ENGINE_REPLACED) from exc
     except Exception as exc:  # the engine itself failed; the guard could not recover it
         log.exception("batch %s failed in the engine", analysis_ids)
         _release(requests, f"engine error: {type(exc).__name__}: {exc}"[:2000])
-        from tasks.dispatch import dispatch_ready
-
-        dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
+        messages.dispatch_ready(countdown=settings.dispatch_max_wait_s)
         return 0
     # Which analyses shared this engine batch, in order: batch composition changes low-order
     # numerics, so an output is reproduced exactly (and a cross-request effect is traced) only

@@ -67,6 +67,7 @@ def make_celery(settings: Settings) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         enable_utc=True,
+        # The task name is tasks.messages.RECONCILE (not imported: messages imports this app).
         beat_schedule={
             "reconcile": {"task": "tasks.reconcile.reconcile", "schedule": settings.reconcile_every_s},
         },

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
+from tasks import messages
 from tasks.base import VidloraTask
 from tasks.celery_app import GPU_QUEUE, app
 from vidlora.config import get_settings
 from vidlora.db import is_postgres, session_scope
+from vidlora.heartbeats import alive_since
 from vidlora.models import Analysis, FrameSet, Scenario, Worker
+from vidlora.scenarios import Generation
 from workers.dispatcher import ReadyAnalysis, WorkerView, choose_worker, group_by_adapter, should_send
 
 log = logging.getLogger(__name__)
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def live_workers(session, now: datetime) -> list[WorkerView]:
     settings = get_settings()
-    cutoff = now - timedelta(seconds=3 * settings.heartbeat_s)
+    cutoff = alive_since(now, settings.heartbeat_s)
     in_flight = dict(
         session.execute(
             select(Analysis.worker, func.count())
@@ -60,7 +63,7 @@ def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
-@app.task(base=VidloraTask, bind=True, name="tasks.dispatch.dispatch_ready")
+@app.task(base=VidloraTask, bind=True, name=messages.DISPATCH_READY)
 def dispatch_ready(self: VidloraTask) -> int:
     settings = get_settings()
     now = datetime.now(timezone.utc)
@@ -84,7 +87,7 @@ def dispatch_ready(self: VidloraTask) -> int:
         ready = [
             ReadyAnalysis(
                 id=a.id, adapter=name, frames=len(fs.files), width=fs.width or 0, height=fs.height or 0,
-                max_tokens=int(gen.get("max_tokens", 256)), ready_since=_aware(a.ready_at or a.created_at),
+                max_tokens=Generation.of(gen).max_tokens, ready_since=_aware(a.ready_at or a.created_at),
             )
             for a, name, gen, fs in rows
         ]
@@ -117,11 +120,9 @@ def dispatch_ready(self: VidloraTask) -> int:
                     analysis.status, analysis.queued_at = "queued", now
                     analysis.worker = worker.name if worker else None
                 sends.append((queue, [item.id for item in batch]))
-    from tasks.analyze import analyze_batch
-
     for queue, ids in sends:
-        analyze_batch.apply_async((ids,), queue=queue)
+        messages.analyze_batch(ids, queue)
     if waiting:
-        dispatch_ready.apply_async(countdown=settings.dispatch_max_wait_s)
+        messages.dispatch_ready(countdown=settings.dispatch_max_wait_s)
     log.info("dispatched %d batches (%s)", len(sends), ", ".join(f"{q}:{len(i)}" for q, i in sends))
     return len(sends)

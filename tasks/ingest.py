@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from tasks import messages
 from tasks.base import VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
@@ -59,7 +60,7 @@ def _outcomes(upload: Upload, path: Path, store: MediaStore):
     yield MemberOutcome(upload.name, "stored", None, stored)
 
 
-@app.task(base=VidloraTask, bind=True, name="tasks.ingest.ingest_upload")
+@app.task(base=VidloraTask, bind=True, name=messages.INGEST_UPLOAD)
 def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
     with try_lock(f"ingest:{upload_id}") as mine:
         if not mine:  # another live worker is ingesting this upload
@@ -117,10 +118,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
 
 
 def _send_prepare(video_ids: list[int]) -> None:
-    from tasks.prepare import prepare_video
-
-    for video_id in video_ids:
-        prepare_video.delay(video_id)
+    messages.prepare_videos(video_ids)
 
 
 def _finish_batch_if_done(session, batch_id: int) -> None:

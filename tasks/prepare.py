@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from tasks import messages
 from tasks.base import VidloraTask
 from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
@@ -157,7 +158,7 @@ def _has_work(video_id: int) -> bool:
         ) is not None
 
 
-@app.task(base=VidloraTask, bind=True, name="tasks.prepare.prepare_video")
+@app.task(base=VidloraTask, bind=True, name=messages.PREPARE_VIDEO)
 def prepare_video(self: VidloraTask, video_id: int) -> int:
     with try_lock(f"prepare:{video_id}") as mine:
         # A duplicate message while another live worker prepares this video, or one for a
@@ -169,7 +170,5 @@ def prepare_video(self: VidloraTask, video_id: int) -> int:
             return 0
         ready = _frames_step(video_id, info, rel)
     if ready:
-        from tasks.dispatch import dispatch_ready
-
-        dispatch_ready.delay()
+        messages.dispatch_ready()
     return len(ready)

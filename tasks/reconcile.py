@@ -14,10 +14,12 @@ from datetime import timedelta
 
 from sqlalchemy import or_, select, update
 
+from tasks import messages
 from tasks.base import VidloraTask
 from tasks.celery_app import app
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.heartbeats import alive_since
 from vidlora.models import Analysis, Upload, Video, Worker, utcnow
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[int]]:
     now = utcnow()
     stale = now - timedelta(seconds=stale_s)
-    dead_after = now - timedelta(seconds=3 * heartbeat_s)
+    dead_after = alive_since(now, heartbeat_s)
     live = set(session.scalars(select(Worker.name).where(Worker.status == "ready", Worker.heartbeat_at >= dead_after)))
     uploads = list(session.scalars(select(Upload.id).where(Upload.status == "pending", Upload.updated_at < stale)))
     videos = list(session.scalars(
@@ -86,23 +88,17 @@ def claim_orphans(session, stale_s: float, heartbeat_s: float, resend_inputs: bo
     return orphans
 
 
-@app.task(base=VidloraTask, bind=True, name="tasks.reconcile.reconcile")
+@app.task(base=VidloraTask, bind=True, name=messages.RECONCILE)
 def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]:
-    from tasks.dispatch import dispatch_ready
-    from tasks.ingest import ingest_upload
-    from tasks.prepare import prepare_video
-
     settings = get_settings()
     backlog = cpu_backlog()
     with session_scope() as session:
         orphans = claim_orphans(session, stale_s if stale_s is not None else settings.stale_after_s,
                                 settings.heartbeat_s, resend_inputs=not backlog)
-    for upload_id in orphans["uploads"]:
-        ingest_upload.delay(upload_id)
-    for video_id in orphans["videos"]:
-        prepare_video.delay(video_id)
+    messages.ingest_uploads(orphans["uploads"])
+    messages.prepare_videos(orphans["videos"])
     if orphans["analyses"] or orphans["ready"]:
-        dispatch_ready.delay()
+        messages.dispatch_ready()
     counts = {k: len(v) for k, v in orphans.items()}
     if any(counts.values()):
         log.warning("reconcile re-sent orphaned work: %s (cpu backlog %s)", counts, backlog)

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _fill_defaults(self) -> "Settings":
         self.var_dir = Path(self.var_dir)
+        # The URL everyone writes first; SQLAlchemy would read it as psycopg2, which is not
+        # installed ("No module named psycopg2"): psycopg 3 is the driver vidlora ships.
+        for scheme in ("postgresql://", "postgres://"):
+            if self.database_url.startswith(scheme):
+                self.database_url = "postgresql+psycopg://" + self.database_url[len(scheme):]
         if not self.database_url:
             self.database_url = f"sqlite:///{self.var_dir / 'vidlora.db'}"
         if not self.broker_url:

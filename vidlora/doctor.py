@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from vidlora.config import PROJECT_ROOT, Settings
@@ -78,6 +77,7 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
     from sqlalchemy import select
 
     from vidlora.db import session_scope
+    from vidlora.heartbeats import alive_since
     from vidlora.models import Scenario, Worker, utcnow
 
     checks: list[Check] = []
@@ -85,7 +85,7 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
         with session_scope() as session:
             workers = session.scalars(select(Worker).where(Worker.status != "stopped")).all()
             scenarios = session.scalars(select(Scenario).where(Scenario.active)).all()
-            cutoff = utcnow() - timedelta(seconds=3 * settings.heartbeat_s)
+            cutoff = alive_since(utcnow(), settings.heartbeat_s)
             live = [w for w in workers if w.heartbeat_at.replace(tzinfo=cutoff.tzinfo) >= cutoff]
             checks.append(Check("gpu workers", bool(live), f"{len(live)} alive: {', '.join(w.name for w in live) or '-'}",
                                 "start one per GPU: vidlora worker gpu"))

@@ -7,7 +7,7 @@ result can name the exact prompt and adapter version it ran with.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,26 @@ from vidlora.config import Settings
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.models import Scenario
 
-GENERATION_KEYS = {"max_tokens", "temperature", "top_p", "seed", "repetition_penalty"}
-DEFAULT_GENERATION = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "seed": 0, "repetition_penalty": 1.0}
+@dataclass(frozen=True)
+class Generation:
+    """A scenario's generation settings: the one definition of their names and defaults."""
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def of(cls, stored: dict[str, Any] | None) -> "Generation":
+        """Typed settings from a scenario row's JSON (missing keys take the defaults)."""
+        d = {**DEFAULT_GENERATION, **(stored or {})}
+        return cls(max_tokens=int(d["max_tokens"]), temperature=float(d["temperature"]), top_p=float(d["top_p"]),
+                   seed=None if d["seed"] is None else int(d["seed"]),
+                   repetition_penalty=float(d["repetition_penalty"]))
+
+
+DEFAULT_GENERATION = asdict(Generation())
+GENERATION_KEYS = set(DEFAULT_GENERATION)
 
 
 class ScenarioError(ValueError):

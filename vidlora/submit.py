@@ -16,10 +16,9 @@ from vidlora.ingest.sources import expand_paths
 
 
 def _send_ingest(upload_ids: list[int]) -> None:
-    from tasks.ingest import ingest_upload
+    from tasks import messages
 
-    for upload_id in upload_ids:
-        ingest_upload.delay(upload_id)
+    messages.ingest_uploads(upload_ids)
 
 
 def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str = "cli",

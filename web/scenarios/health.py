@@ -10,11 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.config import get_settings
+from vidlora.heartbeats import alive_since
 from vidlora.models import Worker
 from web.template_helpers import as_utc
 
-# Missing this many heartbeats in a row means the process is gone or wedged.
-STALE_AFTER_BEATS = 3
 
 
 @dataclass
@@ -38,7 +37,7 @@ def classify(worker: Worker, now: datetime, heartbeat_s: float) -> WorkerHealth:
     age = (now - as_utc(worker.heartbeat_at)).total_seconds()
     if worker.status == "stopped":
         health = "stopped"
-    elif age > STALE_AFTER_BEATS * heartbeat_s:
+    elif as_utc(worker.heartbeat_at) < alive_since(now, heartbeat_s):
         health = "stale"
     elif worker.status == "ready":
         health = "ok"
