@@ -12,8 +12,10 @@
 # Env: VLLM_VERSION (default 0.32.0: the newest vLLM pinning torch 2.13; 0.33.0 pins torch 2.14 +
 #      triton 3.8), PRUNE_SM (default 90: keep only sm_90 cubins in every fatbin; PRUNE_SM= to keep
 #      all), CHUNK (default 60000000 bytes), XZ_T (xz threads, default 2), TRITON (override the
-#      triton version), KEEP (1: keep downloads/stage; default 1, the per-wheel .tar.xz are cached).
+#      triton version; TRITON=none with vllm-only keeps the image's Triton 3.6.0), KEEP (0: delete
+#      downloads and stage at the end; default 1. The per-wheel .tar.xz are cached either way).
 # Result: OUTDIR/MODE/payload.tar.xz.part-aa..  SHA256SUMS  install.sh  MANIFEST.txt  calls.txt
+#         (OUTDIR/vllm-only-image-triton/ for TRITON=none)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-.gpu-payload-v27}; shift || true
@@ -51,9 +53,10 @@ dl "torch==$TORCH_V"
 T=$(whl "torch-$TORCH_V")
 TRITON_SPEC=${TRITON:-$(req "$T" triton)}
 echo "vllm $VLLM_VERSION pins torch==$TORCH_V torchvision==$TV_V; torch $TORCH_V pins triton $(req "$T" triton); carrying triton $TRITON_SPEC"
-dl "triton==$TRITON_SPEC" "torchvision==$TV_V"
+dl "torchvision==$TV_V"
+[ "$TRITON_SPEC" = none ] || dl "triton==$TRITON_SPEC"
 dl -r "$HERE/requirements-common.txt"
-TR=$(whl "triton-$TRITON_SPEC"); TVW=$(whl "torchvision-$TV_V")
+TR=$( [ "$TRITON_SPEC" = none ] || whl "triton-$TRITON_SPEC"); TVW=$(whl "torchvision-$TV_V")
 COMMON=()
 while read -r line; do
   name=${line%%==*}; ver=${line#*==}
@@ -64,7 +67,7 @@ done < <(grep -v '^\s*#' "$HERE/requirements-common.txt" | grep '==')
 
 STAGE="$OUT/stage-sm${PRUNE_SM:-all}"; XZD="$OUT/xz-sm${PRUNE_SM:-all}"
 mkdir -p "$STAGE" "$XZD"
-ALL=("$V" "$T" "$TR" "$TVW" "${COMMON[@]}")
+ALL=("$V" "$T" ${TR:+"$TR"} "$TVW" "${COMMON[@]}")
 echo "== slim ($( [ -n "$PRUNE_SM" ] && echo "fatbins pruned to sm_$PRUNE_SM" || echo "fatbins untouched"))"
 python3 "$HERE/slim.py" "$STAGE" "${ALL[@]}" ${PRUNE_SM:+--prune-sm "$PRUNE_SM"} --report "$STAGE/prune-report.tsv"
 echo "== xz -9e each staged wheel (cached in $XZD)"
@@ -80,12 +83,12 @@ done
 
 for MODE in $MODES; do
   case $MODE in
-    full)      SEL=("$V" "$T" "$TR" "$TVW" "${COMMON[@]}") ;;
-    vllm-only) SEL=("$V" "$TR" "${COMMON[@]}") ;;
-    triton)    SEL=("$TR") ;;
+    full)      [ -n "$TR" ] || { echo "full needs a triton" >&2; exit 2; }; SEL=("$V" "$T" "$TR" "$TVW" "${COMMON[@]}") ;;
+    vllm-only) SEL=("$V" ${TR:+"$TR"} "${COMMON[@]}") ;;
+    triton)    [ -n "$TR" ] || { echo "triton mode needs a triton" >&2; exit 2; }; SEL=("$TR") ;;
     *) echo "unknown mode $MODE" >&2; exit 2 ;;
   esac
-  D="$OUT/$MODE"; rm -rf "$D"; mkdir -p "$D"
+  D="$OUT/$MODE$( [ "$TRITON_SPEC" != none ] || echo -image-triton)"; rm -rf "$D"; mkdir -p "$D"
   # concatenated xz streams of concatenated tars: install.sh unpacks with xz -dc | tar -xi
   for w in "${SEL[@]}"; do cat "$XZD/$(basename "$w").tar.xz"; done > "$D/payload.tar.xz"
   (cd "$D" && split -b "$CHUNK" -a 2 payload.tar.xz payload.tar.xz.part- && rm payload.tar.xz \
@@ -93,11 +96,11 @@ for MODE in $MODES; do
   cp "$HERE/install.sh" "$D/install.sh"
   {
     echo "mode=$MODE vllm=$VLLM_VERSION torch=$( [ "$MODE" = full ] && echo "$TORCH_V" || echo "image 2.11.0") triton=$TRITON_SPEC prune_sm=${PRUNE_SM:-none} chunk=$CHUNK"
-    echo "ptxas (sm_90) bundled with triton $TRITON_SPEC: $(unzip -p "$TR" triton/backends/nvidia/bin/ptxas > "$OUT/.ptxas" && chmod +x "$OUT/.ptxas" && "$OUT/.ptxas" --version | grep release; rm -f "$OUT/.ptxas")"
+    [ -z "$TR" ] || echo "ptxas (sm_90) bundled with triton $TRITON_SPEC: $(unzip -p "$TR" triton/backends/nvidia/bin/ptxas > "$OUT/.ptxas" && chmod +x "$OUT/.ptxas" && "$OUT/.ptxas" --version | grep release; rm -f "$OUT/.ptxas")"
     for w in "${SEL[@]}"; do b=$(basename "$w"); echo "$b raw=$(stat -c %s "$w") staged=$(stat -c %s "$STAGE/$b") xz=$(stat -c %s "$XZD/$b.tar.xz")"; done
     echo "total_xz=$(cat "$D"/payload.tar.xz.part-* | wc -c) chunks=$(ls "$D"/payload.tar.xz.part-* | wc -l)"
   } > "$D/MANIFEST.txt"
-  python3 "$HERE/calls.py" "$OUT/$MODE" > "$D/calls.txt"
+  python3 "$HERE/calls.py" "$D" > "$D/calls.txt"
   echo "== $MODE"; cat "$D/MANIFEST.txt"; ls -la "$D"
 done
 if [ "$KEEP" = 0 ]; then rm -rf "$OUT/wheels" "$STAGE"; fi

@@ -18,8 +18,8 @@ cp "$DIR/$PART" "$CH/$PART"
 (cd "$CH" && grep " $PART\$" SHA256SUMS | sha256sum -c --quiet -) || { echo "chunk $PART corrupt" >&2; exit 1; }
 missing=$(cd "$CH" && awk '{print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
 before=$(echo "$missing" | awk -v p="$PART" 'NF && $1 < p')
-echo "stored $PART; have $(ls "$CH"/payload.tar.xz.part-* | wc -l)/$(wc -l < "$CH/SHA256SUMS"); missing: ${missing:-none}"
-if [ -n "$before" ]; then echo "FRESH MACHINE: earlier chunks missing ($before): start again at call 1"; exit 3; fi
+echo "stored $PART; have $(ls "$CH"/payload.tar.xz.part-* | wc -l)/$(wc -l < "$CH/SHA256SUMS"); missing: $(echo ${missing:-none})"
+if [ -n "$before" ]; then echo "FRESH MACHINE: earlier chunks missing ($(echo $before)): start again at call 1"; exit 3; fi
 if [ "$MODE" = --install ]; then
   [ -z "$missing" ] || { echo "cannot install, missing: $missing" >&2; exit 3; }
   stamp=$(sha256sum "$CH/SHA256SUMS" | cut -c1-16)
