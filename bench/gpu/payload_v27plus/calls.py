@@ -17,7 +17,7 @@ a = ap.parse_args()
 d = a.dir.rstrip("/")
 parts = sorted(p for p in os.listdir(d) if p.startswith("payload.tar.xz.part-"))
 recv = "bash bench/gpu/payload_v27plus/recv.sh"
-env = ("export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 "
+env = ("export PYTHONPATH=${TMPDIR:-/tmp}/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 "
        "PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1")
 for k, p in enumerate(parts, 1):
     last = k == len(parts)

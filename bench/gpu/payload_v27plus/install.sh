@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Install the carried vLLM >= 0.27 wheel set (build.sh beside this file) on the offline H200.
 # Run from a folder that holds ALL chunk files payload.tar.xz.part-* and SHA256SUMS (recv.sh
-# gathers them in /tmp/chunks), or the *.whl files themselves.
+# gathers them in ${TMPDIR:-/tmp}/chunks), or the *.whl files themselves.
 # The payload is a concatenation of per-wheel tar.xz streams: unpacked with xz -dc | tar -xi.
-# Result: packages in $SITE (default /tmp/site). Then:
+# Result: packages in $SITE (default ${TMPDIR:-/tmp}/site). Then:
 #   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}   (export it: the EngineCore is a child)
 # With torch carried (mode full) the image's nvidia-* CUDA 13 libraries are used (torch finds
 # them on sys.path); their cuDNN 9.19 is older than the 9.20 torch 2.13 was built with, so set
 #   export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 set -euo pipefail
-SITE=${SITE:-/tmp/site}
-WIN=${WIN:-/tmp/wheels_in_v27}
+SITE=${SITE:-${TMPDIR:-/tmp}/site}
+WIN=${WIN:-${TMPDIR:-/tmp}/wheels_in_v27}
 HERE=$(pwd)
 t0=$(date +%s)
 if ls payload.tar.xz.part-* >/dev/null 2>&1; then

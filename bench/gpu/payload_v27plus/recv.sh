@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device side, one line per call: stash one carried chunk in /tmp/chunks and say what is there.
+# Device side, one line per call: stash one carried chunk in ${TMPDIR:-/tmp}/chunks and say what is there.
 #   bash bench/gpu/payload_v27plus/recv.sh DIR PART            # calls 1..N-1
 #   bash bench/gpu/payload_v27plus/recv.sh DIR PART --install  # call N: stash, then install.sh
 # DIR is the carried mode folder (e.g. .gpu-payload-v27/full), PART a chunk name in it
@@ -10,8 +10,8 @@
 set -euo pipefail
 DIR=$1; PART=$2; MODE=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-CH=${CHUNKS:-/tmp/chunks}
-SITE=${SITE:-/tmp/site}
+CH=${CHUNKS:-${TMPDIR:-/tmp}/chunks}
+SITE=${SITE:-${TMPDIR:-/tmp}/site}
 mkdir -p "$CH"
 cp "$DIR/SHA256SUMS" "$CH/SHA256SUMS"
 cp "$DIR/$PART" "$CH/$PART"
