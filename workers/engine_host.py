@@ -24,14 +24,18 @@ may differ from vLLM's. When the engine runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) the mirror is re-synced from vLLM's manager after
 every batch (``vllm_lora_state()``), which removes that ambiguity.
 
+Adapters: every adapter a request names goes through ``register_adapter`` (the one adapter
+path, engine_patch.registration, plus this device's checks) before the batch runs; a refused
+one fails its requests with the reason and never reaches an engine step.
+
 The run-time guard: ``generate`` hands the batch to ``engine_patch.guard.Guard``, which
 calls back into this host through its ``GuardedEngine`` protocol (``run_batch`` is the
-deadline-aware enqueue + step loop above; ``check``, ``adapter_of``, ``reset_prefix_cache``,
+deadline-aware enqueue + step loop above; ``check``, ``adapter_of``, ``same_output``, ``reset_prefix_cache``,
 ``reload_adapter``, ``rebuild_engine``, ``canary``). So every output passes the guard,
 poisoned batch-mates are re-run alone, the recovery ladder and quarantine act on this
 engine, and every returned ``AnalysisOutput`` carries ``health`` =
 ``{"ok", "reason", "checks", "isolated_rerun", "recovery", "recovered_by", "quarantined",
-"runs"}`` with ``error`` set whenever ``ok`` is false. A canary runs when the engine is
+"runs", "quality"}`` with ``error`` set whenever ``ok`` is false. A canary runs when the engine is
 built and after every recovery step; the latest one (plus the quarantined adapters) is
 ``last_canary()``, which the worker's heartbeat publishes.
 """
