@@ -47,11 +47,16 @@ class PreparedAdapter:
 
 
 def base_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
-    """Checkpoint module name -> weight shape, from safetensors headers only."""
+    """Checkpoint module name -> weight shape, from safetensors headers only.
+
+    A model directory with a config and no weights (vLLM ``load_format="dummy"``: the
+    benchmarks' full-size shapes) gets the shapes of the model its config describes."""
     from safetensors import safe_open
 
     shapes: dict[str, tuple[int, ...]] = {}
     files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files and (Path(model_path) / "config.json").is_file():
+        return _config_modules(Path(model_path))
     if not files:
         raise AdapterError(f"no *.safetensors in {model_path}")
     for f in files:
@@ -60,6 +65,22 @@ def base_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
                 if k.endswith(".weight"):
                     shapes[k[: -len(".weight")]] = tuple(sf.get_slice(k).get_shape())
     return shapes
+
+
+def _config_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
+    """Module name -> weight shape of the transformers model built on the meta device (no memory)."""
+    import torch
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(str(model_path))
+    multimodal = hasattr(cfg, "vision_config")
+    auto = transformers.AutoModelForImageTextToText if multimodal else transformers.AutoModelForCausalLM
+    try:
+        with torch.device("meta"):
+            model = auto.from_config(cfg)
+    except Exception as exc:  # noqa: BLE001 - an unknown architecture is the adapter's refusal reason
+        raise AdapterError(f"{model_path} has no *.safetensors and its config builds no model: {exc}") from exc
+    return {k[: -len(".weight")]: tuple(v.shape) for k, v in model.state_dict().items() if k.endswith(".weight")}
 
 
 def _lm_prefix(base: dict[str, tuple[int, ...]]) -> str:

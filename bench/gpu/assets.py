@@ -124,11 +124,13 @@ def write_adapter(path: Path, text: dict, seed: int, device: str) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY) -> dict:
+def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers: int | None = None) -> dict:
     import torch
 
     t0 = time.perf_counter()
     text = TEXT_27B if shape == "27b" else TEXT_CPU_TEST
+    if layers:  # every layer's shapes unchanged, fewer of them (3 GDN : 1 attention kept)
+        text = dict(text, num_hidden_layers=layers)
     model = out / "model"
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps(model_config(text, tiny_base), indent=2) + "\n")
@@ -139,7 +141,7 @@ def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY) -> dic
     sizes = []
     for k in range(n_adapters):
         sizes.append(write_adapter(out / "adapters" / f"a{k:02d}", text, 1000 + k, device))
-    info = {"shape": shape, "model": str(model), "adapters": n_adapters,
+    info = {"shape": shape, "layers": text["num_hidden_layers"], "model": str(model), "adapters": n_adapters,
             "adapter_bytes": sizes[0] if sizes else 0, "adapter_params": adapter_params(text),
             "rank": RANK, "seconds": round(time.perf_counter() - t0, 1)}
     (out / "assets.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -152,8 +154,12 @@ def main() -> None:
     p.add_argument("--adapters", type=int, default=20)
     p.add_argument("--shape", choices=["27b", "cpu-test"], default="27b")
     p.add_argument("--tiny-base", type=Path, default=TINY)
+    p.add_argument("--layers", type=int, default=None,
+                   help="fewer language-model layers of the same shapes (a multiple of 4)")
     a = p.parse_args()
-    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base)))
+    if a.layers is not None and (a.layers < 4 or a.layers % 4):
+        p.error("--layers must be a positive multiple of 4 (3 GDN layers : 1 attention layer)")
+    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base, a.layers)))
 
 
 if __name__ == "__main__":

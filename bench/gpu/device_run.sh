@@ -6,6 +6,9 @@
 #          tiny     tiny-model verify (patch on / off) + fault injection only
 #          adapters issue 11: forced-rebuild fault run (patch on, off), verify to 32k tokens,
 #                   verify video mode (both through the worker's adapter registration)
+#          field    issue 18: the field's request sequence (field_repro.py) per cell: tiny model and
+#                   27B layer shapes (FIELD_LAYERS, default 16), patch off/on, eager/graphs, PDL off/on
+#          prove    issue 18: with engine_patch: verify text + video, fault run on/off, guard recovery
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -98,7 +101,44 @@ verify_video() {
   log "verify video rc=$?"; tail -4 $RES/verify_video.log | cut -c1-300
 }
 
-MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare_grouped3,host_grouped3,adapters20,prefill_nolora,prefill_one,profile,bare_nolora_repeat,bare_sorted3,prefill_mixed3
+# Issue 18: the field's request sequence (bench/gpu/field_repro.py), one engine per cell, in
+# two lanes side by side on the one GPU (tiny model | 27B layer shapes, dummy weights). The KV
+# cache is sized by hand so neither engine's memory profile sees the other's allocations.
+FIELD_FRAMES=${FIELD_FRAMES:-$REPO/var/field-frames}
+cell() {  # lane label model patch(on/off) eager(0/1) pdl(0/1) extra-llm-kwargs adapters...
+  local lane=$1 label=$2 model=$3 patch=$4 eager=$5 pdl=$6 kw=$7; shift 7
+  local args=() a; for a in "$@"; do args+=(--adapter "$a"); done
+  [ "$eager" = 1 ] && args+=(--eager)
+  [ $(left) -lt 60 ] && { log "skip $label (time)"; return; }
+  log "cell $label"
+  VLLM_LORA_ENABLE_DUAL_STREAM=$pdl timeout $(( $(left) - 5 )) python3 -m bench.gpu.field_repro --model "$model" \
+    --frames "$FIELD_FRAMES" --json $RES/field_$label.json --label $label --patch $patch --work $SCRATCH/field_$label \
+    --llm-kwargs "$kw" "${args[@]}" > $RES/field_$label.log 2>&1
+  log "cell $label rc=$? $(grep '^\[field' $RES/field_$label.log | tail -1 | cut -c1-200)"
+}
+field_tiny() {
+  local M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
+  local KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
+  local AD=($A/artifact_identification $A/tomb_structure)
+  cell tiny tiny_off_eager $M off 1 0 "$KW" "${AD[@]}"
+  cell tiny tiny_off_graphs $M off 0 0 "$KW" "${AD[@]}"
+  cell tiny tiny_off_graphs_pdl $M off 0 1 "$KW" "${AD[@]}"
+  cell tiny tiny_off_eager_pdl $M off 1 1 "$KW" "${AD[@]}"
+  cell tiny tiny_on_graphs $M on 0 0 "$KW" "${AD[@]}"
+  cell tiny tiny_on_graphs_pdl $M on 0 1 "$KW" "${AD[@]}"
+}
+field_27b() {  # LAYERS: 16 keeps every layer's shapes (and 3 GDN : 1 attention) at a quarter of the start-up cost
+  local L=${FIELD_LAYERS:-16} D=$SCRATCH/vl27_${FIELD_LAYERS:-16}
+  [ -f $D/assets.json ] || python3 -m bench.gpu.assets --out $D --adapters 2 --layers $L > $RES/assets27.log 2>&1 || log "assets27 FAILED"
+  local KW='{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.45, "kv_cache_memory_bytes": 8589934592}'
+  cell 27b b27_off_eager $D/model off 1 0 "$KW" $D/adapters/a00 $D/adapters/a01
+  cell 27b b27_off_graphs $D/model off 0 0 "$KW" $D/adapters/a00 $D/adapters/a01
+  cell 27b b27_off_graphs_pdl $D/model off 0 1 "$KW" $D/adapters/a00 $D/adapters/a01
+  cell 27b b27_on_graphs $D/model on 0 0 "$KW" $D/adapters/a00 $D/adapters/a01
+  cell 27b b27_off_eager_pdl $D/model off 1 1 "$KW" $D/adapters/a00 $D/adapters/a01
+}
+
+MAIN_PHASES=MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare_grouped3,host_grouped3,adapters20,prefill_nolora,prefill_one,profile,bare_nolora_repeat,bare_sorted3,prefill_mixed3
 case $STAGE in
   main)
     assets
@@ -132,6 +172,19 @@ case $STAGE in
     ;;
   video)
     verify_video
+    ;;
+  field)  # issue 18: the field sequence, both lanes at once
+    field_tiny & TL=$!
+    field_27b & BL=$!
+    wait $TL $BL
+    ;;
+  prove)  # issue 18: engine_patch on the same engine: verify (text to 8k + video), faults, recovery
+    verify on
+    [ $(left) -gt 150 ] && verify_video
+    [ $(left) -gt 100 ] && fault on
+    [ $(left) -gt 100 ] && fault off
+    [ $(left) -gt 120 ] && rebuild on
+    [ $(left) -gt 200 ] && verify off
     ;;
   tiny)
     [ -f $REPO/engine_patch/verify.py ] && verify on

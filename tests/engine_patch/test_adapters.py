@@ -128,3 +128,24 @@ def test_refusals_name_the_module(model, full, tmp_path, case, match):
         prepare_adapter(src, model / "base", 16, tmp_path / "out")
     if case in ("tower", "unknown", "shape", "nan"):
         assert "module " in str(e.value)
+
+
+def test_a_config_only_model_has_its_checkpoint_shapes(model, full, tmp_path):
+    # The benchmarks' full-size models are config-only (vLLM load_format="dummy"); the one
+    # adapter path must read the same module table from the config as from the weights.
+    from engine_patch.adapters import base_modules
+
+    dummy = tmp_path / "dummy-base"
+    dummy.mkdir()
+    (dummy / "config.json").write_text((model / "base" / "config.json").read_text())
+    assert base_modules(dummy) == base_modules(model / "base")
+    out = prepare_adapter(full, dummy, 16, tmp_path / "out")
+    ref = prepare_adapter(full, model / "base", 16, tmp_path / "ref")
+    assert out.digest == ref.digest
+
+
+def test_a_directory_without_weights_or_config_is_refused(tmp_path):
+    from engine_patch.adapters import base_modules
+
+    with pytest.raises(AdapterError, match="no \\*.safetensors"):
+        base_modules(tmp_path)
