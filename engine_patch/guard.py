@@ -29,7 +29,9 @@ The guard judges the engine, not the model:
   engine's signatures (non-finite logprobs, token-0 runs, all-'!') run the ladder.
 - `EngineReplaceRequired` from a step (an engine that cannot be rebuilt in this process)
   is not handled here: it goes to the worker, which gives its work back and exits for its
-  supervisor to start a fresh process.
+  supervisor to start a fresh process. A sticky CUDA error from a batch (device-side
+  assert, illegal address: `is_context_lost`) raises it at once, since nothing in this
+  process can run on the device again.
 
 Every guard event is logged with the vLLM / torch / Triton / ptxas versions and the device
 (`engine_patch.env.versions`), because those decide whether a LoRA kernel miscompiles.
@@ -54,8 +56,32 @@ CANARY_TOKENS = 8
 
 
 class EngineReplaceRequired(RuntimeError):
-    """The engine cannot be rebuilt in this process (its device memory was not freed): the
-    worker must release its work and exit so its supervisor starts a fresh process."""
+    """The engine cannot be rebuilt in this process (its device memory was not freed, or the
+    device context is lost): the worker must release its work and exit so its supervisor
+    starts a fresh process."""
+
+
+# CUDA's sticky errors: after one, every later call in the process fails ("the process must
+# be terminated and relaunched", CUDA runtime docs), so no in-process recovery can work. Seen
+# on the H200 with vLLM 0.32: NaN logits from a LoRA request end in a device-side assert in an
+# index gather, then CUBLAS_STATUS_EXECUTION_FAILED on every later batch, and an in-process
+# rebuild fails too (bench/results/h200_field.md).
+_CONTEXT_LOST = ("device-side assert", "illegal memory access", "unspecified launch failure",
+                 "illegal instruction", "misaligned address", "hardware stack error",
+                 "invalid program counter", "CUBLAS_STATUS_EXECUTION_FAILED", "cudaErrorAssert",
+                 "cudaErrorIllegalAddress", "cudaErrorLaunchFailure")
+
+
+def is_context_lost(exc: BaseException) -> bool:
+    """Whether `exc` is a sticky CUDA error: the device context of this process is gone."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in _CONTEXT_LOST)
+
+
+def _replace_if_context_lost(exc: BaseException, where: str) -> None:
+    if is_context_lost(exc):
+        raise EngineReplaceRequired(f"the device context is lost ({where}): "
+                                    f"{type(exc).__name__}: {exc}"[:1000]) from exc
 
 
 def is_model_behaviour(health: "Health") -> bool:
@@ -273,6 +299,7 @@ class Guard:
             except EngineReplaceRequired:
                 raise
             except Exception as exc:  # noqa: BLE001 - an engine error is an outcome to isolate
+                _replace_if_context_lost(exc, f"a batch of {len(batch)}")
                 self._on_exception(requests, results, run_idx, exc)
             else:
                 for i, out in zip(run_idx, outs, strict=True):
@@ -304,6 +331,7 @@ class Guard:
             except EngineReplaceRequired:
                 raise
             except Exception as alone_exc:  # noqa: BLE001
+                _replace_if_context_lost(alone_exc, "a request run alone")
                 results[i] = (None, self._raised_alone(req, alone_exc))
                 continue
             results[i] = (out, Verdict.of(self.engine.check(out), isolated_rerun=True, runs=2))

@@ -23,7 +23,7 @@ chosen-token logprobs. Per request: are all logprobs finite, which fraction of t
 - ``field_failure``: a LoRA request with a non-finite logprob or mostly `!` where the same
   prompt without LoRA is healthy;
 - ``state_carried``: step 5 differs from steps 1/2 (same batch, same engine, greedy: a
-  stateless engine gives the same tokens and logprobs; the tolerance is bf16 noise);
+  stateless engine gives the same tokens, and logprobs within bf16 noise, ``SAME_TOL``);
 - ``lora_inert``: every adapter request equals its no-adapter twin (the adapter did nothing).
 
 ``--patch on`` runs ``engine_patch.apply()`` first and registers the adapters through
@@ -52,8 +52,11 @@ if str(ROOT) not in sys.path:
 SYSTEM = "You are an archaeologist cataloguing finds from excavation footage."
 SHORT = "Name the object in the niche."
 LONG_TOKENS = 450
-# Logprob differences below this between two runs of the same batch are bf16 noise.
-SAME_TOL = 1e-3
+# Two runs of the same batch on the same engine may differ by bf16 noise: the LoRA shrink
+# accumulates split-K partial sums with atomics, so their order varies. On the H200 (vLLM
+# 0.32, dual-stream LoRA) that moved chosen-token logprobs by up to 0.047 nats with every token
+# equal; the field failure is NaN and `!`, orders of magnitude past this.
+SAME_TOL = 0.1
 ENV_KEYS = ("VLLM_LORA_ENABLE_DUAL_STREAM", "VLLM_LORA_DISABLE_PDL", "VLLM_USE_V2_MODEL_RUNNER",
             "VIDLORA_ENGINE_PATCH", "VIDLORA_HOPPER_EXPAND", "VLLM_ENABLE_V1_MULTIPROCESSING")
 
@@ -219,6 +222,9 @@ def verdict(steps: dict[str, Any], dummy: bool = False) -> dict[str, Any]:
         if later in rq and earlier in rq:
             carried += [f"{later}:{x['prompt']}/{x['adapter'] or 'base'}"
                         for x, y in zip(rq[later], rq[earlier]) if not same(x, y)]
+    repeat = max((abs(x - y) for later, earlier in (("short_again", "short"), ("long_again", "long"))
+                  if later in rq and earlier in rq for a, b in zip(rq[later], rq[earlier])
+                  for x, y in zip(a["logprobs"], b["logprobs"]) if math.isfinite(x) and math.isfinite(y)), default=None)
     twins = [(q, b) for qs in rq.values() for q in qs if q["adapter"]
              for b in qs if b["adapter"] is None and b["prompt"] == q["prompt"]]
     # Inert means bit-identical to the no-adapter twin: a small adapter on dummy weights may
@@ -227,7 +233,8 @@ def verdict(steps: dict[str, Any], dummy: bool = False) -> dict[str, Any]:
                   if math.isfinite(x) and math.isfinite(y)), default=None)
     inert = bool(twins) and all(q["tokens"] == b["tokens"] and q["logprobs"] == b["logprobs"] for q, b in twins)
     return {"field_failure": bool(bad), "failing_requests": bad, "base_unhealthy": base_bad,
-            "state_carried": bool(carried), "carried_requests": carried, "lora_inert": inert,
+            "state_carried": bool(carried), "carried_requests": carried, "repeat_max_logprob_diff": repeat,
+            "lora_inert": inert,
             "lora_max_logprob_effect": effect,
             "errors": errors,
             "ok": not bad and not base_bad and not carried and not inert and not errors}

@@ -14,6 +14,11 @@ Reviewed against the 0.32 source (`_lora_expand` looks `get_lora_op_configs` up 
 module globals at call time, so the clamp reaches the registered custom op too, and
 `PunicaWrapperGPU` calls the module-level name `lora_expand`). VIDLORA_HOPPER_EXPAND=
 force|off overrides detection (force is how the CPU tests exercise the wrapper).
+
+Measured on the H200 (docs/support-matrix.md): the miscompile did not reproduce with vLLM
+0.26 / Triton 3.6 or 0.32 / Triton 3.7.1 (eager, CUDA graphs, PDL). Both still compile sm_90
+with ptxas 12.8, as in the reports, which come from H20s we cannot test: so the clamp stays
+on where the failure cannot be ruled out. It costs ~3.5% of LoRA prefill (0.26).
 """
 from __future__ import annotations
 

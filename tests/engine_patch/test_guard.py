@@ -283,7 +283,7 @@ class Raising(FakeEngine):
     def run_batch(self, requests):
         if any(r.adapter == "boom" for r in requests):
             self.log.append(("raise", [r.key for r in requests]))
-            raise RuntimeError("CUDA error: an illegal memory access (boom)")
+            raise RuntimeError("CUDA error: too many resources requested for launch (boom)")
         return super().run_batch(requests)
 
 
@@ -335,6 +335,29 @@ def test_engine_replace_required_goes_to_the_worker():
     engine = Unrebuildable(faults={"x": "rebuild_engine"})
     with pytest.raises(EngineReplaceRequired):
         Guard(engine).generate([req("r", "x")])
+
+
+@pytest.mark.parametrize("error", [
+    "CUDA error: device-side assert triggered",
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, ...)`",
+])
+def test_a_sticky_cuda_error_replaces_the_process_without_trying_in_place(error):
+    # Seen on the H200 (vLLM 0.32): after one, every later call fails and an in-process
+    # rebuild fails too, so the guard neither isolates nor runs the ladder.
+    from engine_patch.guard import EngineReplaceRequired, is_context_lost
+
+    class ContextLost(FakeEngine):
+        def run_batch(self, requests):
+            self.log.append(("run", [r.key for r in requests]))
+            raise RuntimeError(error)
+
+    engine = ContextLost()
+    with pytest.raises(EngineReplaceRequired, match="device context is lost"):
+        Guard(engine).generate([req("a"), req("b", "x")])
+    assert runs(engine) == [["a", "b"]]
+    assert not any(kind in ("canary", "rebuild_engine", "reset_prefix_cache") for kind, *_ in engine.log)
+    assert is_context_lost(RuntimeError(error)) and not is_context_lost(RuntimeError("CUDA out of memory"))
 
 
 def test_default_canary_judges_a_few_greedy_tokens():

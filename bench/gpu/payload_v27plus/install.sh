@@ -51,6 +51,17 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 cd "$HERE"
 rm -rf "$WIN"
 echo "installed into $SITE in $(( $(date +%s) - t0 )) s:"; ls "$SITE" | grep -i dist-info | sed 's/.dist-info//' | tr '\n' ' '; echo
+# torch 2.13's libtorch_cuda names 8 functions of NCCL 2.29 the image's NCCL 2.28 lacks (plan.md);
+# Python dlopens extensions with RTLD_NOW, so without this `import torch` fails with "undefined
+# symbol: ncclCommResume" (seen on the H200, 2026-12-01). Lazy binding resolves a function at its
+# first call, and a single-GPU engine never calls these. Every process with $SITE on its path
+# runs this (the engine core child too).
+cat > "$SITE/sitecustomize.py" <<'PY'
+import os
+import sys
+
+sys.setdlopenflags(os.RTLD_LAZY)
+PY
 # smoke test: versions, one ATen CUDA kernel (a pruned fatbin must still load), one Triton kernel
 PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 python3 - <<'PY' || echo "SMOKE TEST FAILED (see above)"
 import torch, triton, triton.language as tl, subprocess, os
