@@ -13,7 +13,7 @@ text mode, so this mode builds the input with the project's own code:
 - frames: ``vidlora.media.frames.sample_video`` under a uniform ``SamplingPolicy``
   (``--video-frames`` frames, ``--video-max-pixels``), as the CPU workers sample
   (tasks.prepare), from PATH or a clip made by ``vidlora.samples.generate_samples``;
-- the request: ``workers.requests.AnalysisRequest`` + ``build_input`` with the engine's
+- the request: ``vidlora.engine_io.AnalysisRequest`` + ``build_input`` with the engine's
   tokenizer, as the GPU worker builds it (real chat template, the video as a uint8 frame
   array with "already sampled" metadata on a 1000 Hz time base);
 - adapters: ``AdapterRegistry``, like text mode; every variant loads ``Registration.path``.
@@ -90,7 +90,7 @@ def sample_request(o: Options, work: Path) -> tuple[Any, dict]:
     from vidlora.media.frames import sample_video
     from vidlora.media.sampling import SamplingPolicy
     from vidlora.samples import generate_samples
-    from workers.requests import AnalysisRequest
+    from vidlora.engine_io import AnalysisRequest
 
     src = Path(o.video_path) if o.video_path else generate_samples(work / "samples", names=[SAMPLE])[0]
     policy = SamplingPolicy(mode="uniform", num_frames=o.video_frames, max_pixels=o.video_max_pixels,
@@ -110,7 +110,7 @@ def sample_request(o: Options, work: Path) -> tuple[Any, dict]:
 def presampled_request(o: Options, folder: Path) -> tuple[Any, dict]:
     """Frames the sampling code wrote elsewhere (``python -m engine_patch.verify_video
     --sample VIDEO --out DIR``): for machines with no decoder, such as the lent GPU."""
-    from workers.requests import AnalysisRequest
+    from vidlora.engine_io import AnalysisRequest
 
     meta = json.loads((folder / "frames.json").read_text())
     req = AnalysisRequest(request_key="verify-video", prompt=PROMPT, system=SYSTEM,
@@ -145,7 +145,7 @@ def reference_inputs(model: Path, req: Any) -> tuple[str, Any]:
     from transformers import AutoProcessor
     from transformers.video_utils import VideoMetadata
 
-    from workers.requests import build_prompt, build_video
+    from vidlora.engine_io import build_prompt, build_video
 
     processor = AutoProcessor.from_pretrained(str(model))
     prompt = build_prompt(processor.tokenizer, req)
@@ -209,7 +209,7 @@ def run_video(o: Options) -> dict:
 def _run(o: Options, ads: AdapterSet, work: Path, out: dict) -> None:
     import torch
 
-    from workers.requests import build_input
+    from vidlora.engine_io import build_input
 
     timing: dict[str, float] = {}
     out["timing_s"] = timing

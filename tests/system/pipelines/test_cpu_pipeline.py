@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from tests.conftest import wait_for
-from tests.corpus import bad_videos, good_videos
+from tests.support.workers import wait_for
+from tests.support.corpus import bad_videos, good_videos
 
 SCENARIOS = ["artifact_identification", "tomb_structure"]
 
@@ -39,7 +39,7 @@ def waiting_for_gpu(view) -> bool:
 
 
 def submit(paths, scenarios=SCENARIOS, name="test"):
-    from vidlora.submit import submit_paths
+    from tasks.submit import submit_paths
 
     batch_id, _ = submit_paths([Path(p) for p in paths], scenarios, name)
     return batch_id

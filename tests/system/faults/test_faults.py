@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from tests.conftest import wait_for
-from tests.faults.conftest import Stack, record
-from tests.faults.media import long_gop_clip, tiny_clips, write_tar, write_zip
+from tests.support.workers import wait_for
+from tests.system.faults.conftest import Stack, record
+from tests.support.fault_media import long_gop_clip, tiny_clips, write_tar, write_zip
 
 pytestmark = [pytest.mark.faults, pytest.mark.engine]
 

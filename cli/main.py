@@ -1,4 +1,4 @@
-"""The `vidlora` command line: enqueue, status, workers, database, scenarios."""
+"""The `vidlora` command line: enqueue, status, workers, database, scenarios, web, demo, doctor."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 import os
 import logging
 import sys
-import time
 from pathlib import Path
 
 import click
 
+from cli.show import print_batch, wait_and_show
 from vidlora.config import get_settings
 
 
@@ -32,41 +32,27 @@ def db() -> None:
     """Database schema."""
 
 
-def upgrade_database() -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from vidlora.config import PROJECT_ROOT
-
-    command.upgrade(Config(str(PROJECT_ROOT / "alembic.ini")), "head")
-
-
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Apply every migration (alembic upgrade head) and sync scenarios."""
-    upgrade_database()
-    _sync_scenarios()
+    from vidlora import db as database
+    from vidlora import scenarios
+
+    database.upgrade()
+    scenarios.sync()
     click.echo("database at head; scenarios synced")
 
 
 # -- scenarios ---------------------------------------------------------------------------
 
 
-def _sync_scenarios() -> dict[str, int]:
-    from vidlora.db import session_scope
-    from vidlora.scenarios import sync_from_settings
-
-    with session_scope() as session:
-        return sync_from_settings(session, get_settings())
-
-
 @main.command("scenarios")
 def scenarios_cmd() -> None:
     """Sync scenarios from the scenario file and list them."""
-    from vidlora.scenarios import ScenarioError
+    from vidlora.scenarios import ScenarioError, sync
 
     try:
-        names = _sync_scenarios()
+        names = sync()
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from exc
     for name in names:
@@ -84,32 +70,18 @@ def scenarios_cmd() -> None:
 @click.option("--timeout", default=0.0, help="With --wait: give up after this many seconds (0: never).")
 def enqueue(paths: tuple[Path, ...], scenarios: tuple[str, ...], name: str | None, wait: bool, timeout: float) -> None:
     """Register videos, folders and archives (.zip, .tar, .tar.gz) for analysis."""
+    from tasks.submit import submit_paths
     from vidlora.batches import BatchError
-    from vidlora.submit import submit_paths
+    from vidlora.scenarios import sync
 
-    _sync_scenarios()
+    sync()
     try:
         batch_id, parked = submit_paths(list(paths), list(scenarios), name or paths[0].name, source="cli")
     except BatchError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"batch {batch_id}: {parked} file(s) queued for ingest")
     if wait:
-        sys.exit(_wait_and_show(batch_id, timeout))
-
-
-def _wait_and_show(batch_id: int, timeout: float) -> int:
-    from vidlora.db import session_scope
-    from vidlora.status import batch_view
-
-    deadline = time.monotonic() + timeout if timeout else None
-    while True:
-        with session_scope() as session:
-            view = batch_view(session, batch_id)
-        if view.finished or (deadline and time.monotonic() > deadline):
-            break
-        time.sleep(1.0)
-    _print_batch(view)
-    return 0 if view.finished else 3
+        sys.exit(wait_and_show(batch_id, timeout))
 
 
 @main.command()
@@ -134,29 +106,7 @@ def status(batch_id: int | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(view.as_dict(), indent=2, default=str))
     else:
-        _print_batch(view)
-
-
-def _print_batch(view) -> None:
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(view.analysis_counts.items())) or "none yet"
-    click.echo(f"batch {view.id} '{view.name}' [{view.status}] scenarios: {', '.join(view.scenarios)}")
-    click.echo(f"  analyses: {counts}{'  (finished)' if view.finished else ''}")
-    if view.reason:
-        click.echo(f"  note: {view.reason}")
-    for video in view.videos:
-        shape = f"{video.width}x{video.height} {video.duration_s or 0:.1f}s {video.codec}" if video.width else ""
-        click.echo(f"  video {video.id} {video.name} [{video.status}] {shape}")
-        if video.reason:
-            click.echo(f"      reason: {video.reason}")
-        for analysis in video.analyses:
-            line = f"      {analysis.scenario:<28} {analysis.status}"
-            if analysis.reason and analysis.status != "done":
-                line += f"  ({analysis.reason})"
-            click.echo(line)
-    for name, reason in view.rejected:
-        click.echo(f"  rejected {name}: {reason}")
-    for name, reason in view.skipped:
-        click.echo(f"  skipped  {name}: {reason}")
+        print_batch(view)
 
 
 # -- workers -----------------------------------------------------------------------------
@@ -193,7 +143,7 @@ def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
 @click.option("--loglevel", default="INFO")
 def worker_gpu(loglevel: str) -> None:
     """One engine per process serving every adapter (solo pool; run one per GPU)."""
-    from workers.gpu_worker import run
+    from tasks.gpu_worker import run
 
     sys.exit(run(loglevel))
 
@@ -218,7 +168,7 @@ def audit_cmd(batch_ids: tuple[int, ...]) -> None:
 @main.command()
 def doctor() -> None:
     """Check services, migrations, queues, GPU workers and adapters; say how to fix problems."""
-    from vidlora.doctor import run_checks
+    from cli.doctor import run_checks
 
     problems = 0
     for check in run_checks(get_settings()):
@@ -240,7 +190,7 @@ def doctor() -> None:
 @click.option("--port", default=None, type=int, help="Port for the review UI (default: VIDLORA_WEB_PORT).")
 def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> None:
     """Run the sample videos through every scenario end to end, then serve the review UI."""
-    from vidlora.demo import run_demo
+    from cli.demo import run_demo
 
     sys.exit(run_demo(serve, serve_for, timeout, port or get_settings().web_port))
 

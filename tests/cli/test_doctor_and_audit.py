@@ -1,4 +1,4 @@
-"""vidlora.doctor and vidlora.audit against the real test database and Redis."""
+"""cli.doctor and vidlora.audit against the real test database and Redis."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ from vidlora.db import session_scope
 
 from vidlora.audit import audit
 from vidlora.config import get_settings
-from vidlora.doctor import run_checks
+from cli.doctor import run_checks
 
 
 def test_doctor_sees_the_database_broker_and_media(database, broker):
@@ -97,9 +97,9 @@ def test_doctor_runs_the_workers_registration_on_each_adapter(database, tmp_path
 
     from sqlalchemy import select
 
-    from tests.engine_patch.assets import tiny_model
+    from tests.support.tiny import tiny_model
     from vidlora.config import get_settings
-    from vidlora.doctor import run_checks
+    from cli.doctor import run_checks
     from vidlora.models import Scenario
 
     settings = get_settings()

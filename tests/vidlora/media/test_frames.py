@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.corpus import VFR_SOURCE_FPS, coded_videos, read_frame_code
+from tests.support.corpus import VFR_SOURCE_FPS, coded_videos, read_frame_code
 from vidlora.config import Settings
 from vidlora.media import frames as frames_mod
 from vidlora.media.decoders import default_backends

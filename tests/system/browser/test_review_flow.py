@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.browser.conftest import PASSWORD, REVIEWER
-from tests.conftest import describe_workers
+from tests.system.browser.conftest import PASSWORD, REVIEWER
+from tests.support.workers import describe_workers
 from vidlora.samples import generate_samples
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine]
@@ -91,7 +91,7 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
         )
     except PlaywrightTimeoutError:
         shot("05-batch-timeout")
-        status = subprocess.run([sys.executable, "-m", "vidlora.cli", "status", str(batch_id)],
+        status = subprocess.run([sys.executable, "-m", "cli", "status", str(batch_id)],
                                 capture_output=True, text=True, timeout=60)
         raise AssertionError(f"batch {batch_id} did not finish in {PIPELINE_TIMEOUT_MS // 1000}s:\n"
                              f"{status.stdout}{status.stderr}\n{describe_workers(cpu_worker, gpu_worker)}") from None

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, WorkerProcess, describe_workers, wait_for
+from tests.support.env import ROOT
+from tests.support.workers import WorkerProcess, describe_workers, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 RESULTS_MD = ROOT / "bench" / "results" / "faults.md"
@@ -198,7 +199,7 @@ class Stack:
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     restarts: list[str] = field(default_factory=list)
     # On the stack, not a module global: pytest imports this conftest under its own name as
-    # well as tests.faults.conftest, and a global would be two lists.
+    # well as tests.system.faults.conftest, and a global would be two lists.
     rows: list[FaultRow] = field(default_factory=list)
     _restarts_reported: int = 0
     _n: int = 0
@@ -231,7 +232,7 @@ class Stack:
 
     # -- processes ----------------------------------------------------------------------
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "vidlora.cli", *args], cwd=ROOT, env={**os.environ, **self.env},
+        return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env={**os.environ, **self.env},
                               capture_output=True, text=True, timeout=timeout)
 
     def submit(self, paths: list[Path], scenarios: list[str], name: str) -> int:

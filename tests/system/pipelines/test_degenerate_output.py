@@ -20,8 +20,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from tests.conftest import ROOT, wait_for
-from tests.tasks.batch_rows import batch_rows
+from tests.support.env import ROOT
+from tests.support.workers import wait_for
+from tests.support.batch_rows import batch_rows
 from tests.workers.test_engine_host import make_overflow_adapter
 from vidlora.samples import generate_samples
 
@@ -88,7 +89,7 @@ def worker_row():
 
 
 def run_batch(videos: list[Path], scenarios: list[str], name: str):
-    from vidlora.submit import submit_paths
+    from tasks.submit import submit_paths
 
     batch_id, _ = submit_paths(videos, scenarios, name)
     expected = len(videos) * len(scenarios)

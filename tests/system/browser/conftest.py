@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, module_gpu_worker
+from tests.support.env import ROOT
+from tests.support.workers import module_gpu_worker
 
 CHROMIUM = os.environ.get("VIDLORA_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -65,7 +66,7 @@ def live_server(database, broker) -> Iterator[str]:
 def reviewer(database) -> tuple[str, str]:
     """Created the way an administrator does it: `vidlora user create NAME --password-stdin`."""
     done = subprocess.run(
-        [sys.executable, "-m", "vidlora.cli", "user", "create", REVIEWER, "--password-stdin"],
+        [sys.executable, "-m", "cli", "user", "create", REVIEWER, "--password-stdin"],
         input=PASSWORD + "\n", text=True, capture_output=True, cwd=ROOT, env=dict(os.environ), timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -25,7 +25,7 @@ from vidlora.config import PROJECT_ROOT, get_settings
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "vidlora", *args], cwd=PROJECT_ROOT, env=env,
+        [sys.executable, "-m", "cli", *args], cwd=PROJECT_ROOT, env=env,
         stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -99,15 +99,15 @@ def print_summary(batch_id: int) -> None:
 
 
 def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
-    from vidlora.cli import _sync_scenarios, upgrade_database
+    from vidlora import db, scenarios
     from vidlora.samples import generate_samples
 
     settings = get_settings()
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     click.echo(f"database: {settings.database_url.split('@')[-1]}   queue: {settings.broker_url.split('@')[-1]}")
-    upgrade_database()
+    db.upgrade()
     _ensure_model(settings)
-    scenario_names = list(_sync_scenarios())
+    scenario_names = list(scenarios.sync())
     samples = generate_samples(settings.var_dir / "samples")
     logs = settings.var_dir / "logs"
     # SIGTERM (a supervisor, a test harness) must stop the workers too: turn it into an
@@ -126,13 +126,13 @@ def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
 
 
 def _run_batch(samples, scenario_names, logs, timeout, serve, serve_for, port) -> int:
-    from vidlora.cli import _wait_and_show
-    from vidlora.submit import submit_paths
+    from cli.show import wait_and_show
+    from tasks.submit import submit_paths
 
     batch_id, _ = submit_paths(samples, scenario_names, "demo samples", source="cli")
     click.echo(f"batch {batch_id}: {len(samples)} sample videos x {len(scenario_names)} scenarios "
                f"(worker logs in {logs})")
-    code = _wait_and_show(batch_id, timeout)
+    code = wait_and_show(batch_id, timeout)
     click.echo("")
     print_summary(batch_id)
     if code != 0:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus import bad_videos, good_videos
+from tests.support.corpus import bad_videos, good_videos
 
 
 @pytest.fixture(scope="session")

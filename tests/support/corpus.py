@@ -14,7 +14,7 @@ the frame it claims, not a neighbour. For the VFR clip ``N`` is the source frame
 
 Usage (other tests use this too)::
 
-    from tests.corpus import good_videos, bad_videos
+    from tests.support.corpus import good_videos, bad_videos
     vids = good_videos(cache_dir)            # {name: Path}
     bad = bad_videos(cache_dir)              # {name: (Path, expected reason substring)}
 """

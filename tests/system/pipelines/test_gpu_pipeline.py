@@ -9,8 +9,8 @@ import uuid
 import pytest
 from sqlalchemy import select
 
-from tests.conftest import module_gpu_worker, wait_for
-from tests.tasks.batch_rows import batch_rows
+from tests.support.workers import module_gpu_worker, wait_for
+from tests.support.batch_rows import batch_rows
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.engine
@@ -22,7 +22,7 @@ gpu_worker = module_gpu_worker("test-gpu-0")
 
 def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, corpus_dir):
     from vidlora.config import get_settings
-    from vidlora.submit import submit_paths
+    from tasks.submit import submit_paths
 
     videos = generate_samples(corpus_dir / "samples", tag=uuid.uuid4().hex[:8])
     assert len(videos) == 6
