@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu.field_repro", description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--adapter", action="append", required=True)
-    p.add_argument("--frames", type=Path, default=None, help="pre-sampled frames (engine_patch.verify_video --out)")
+    p.add_argument("--frames", type=Path, default=None, help="pre-sampled frames (engine_patch.verify.video --out)")
     p.add_argument("--json", type=Path, required=True)
     p.add_argument("--label", default="field")
     p.add_argument("--patch", choices=["on", "off"], default="off")

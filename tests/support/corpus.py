@@ -237,7 +237,7 @@ def bad_videos(cache_dir: Path) -> dict[str, tuple[Path, str]]:
     return out
 
 
-if __name__ == "__main__":  # python tests/corpus.py DIR : generate and list
+if __name__ == "__main__":  # python -m tests.support.corpus DIR : generate and list
     import sys
 
     d = Path(sys.argv[1] if len(sys.argv) > 1 else "test-artifacts/media-corpus")

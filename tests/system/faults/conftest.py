@@ -414,7 +414,7 @@ def _write_table(rows: list[FaultRow], total_s: float) -> None:
     lines = [
         "# Fault tests",
         "",
-        "Command: `.venv/bin/python -m pytest tests/faults -m faults -q -s` "
+        "Command: `.venv/bin/python -m pytest tests/system/faults -m faults -q -s` "
         f"(private PostgreSQL 15 + Redis, tmpfs media root; {os.cpu_count()} CPU cores, shared with other work)",
         "",
         "| fault | videos | results | lost | duplicated | stuck | seconds | note |",

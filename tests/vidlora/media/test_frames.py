@@ -1,6 +1,6 @@
 """sample_video end to end: real decodes of the corpus, checked against an independent reference.
 
-Every coded corpus video shows its source frame number in a strip (tests/corpus.py), so these
+Every coded corpus video shows its source frame number in a strip (tests/support/corpus.py), so these
 tests check the *content* of each JPEG, not only the timestamp a backend claims.
 """
 

@@ -1,4 +1,4 @@
-"""Fault injection for tests/faults (on PYTHONPATH of one GPU worker only): before the first
+"""Fault injection for tests/system/faults (on PYTHONPATH of one GPU worker only): before the first
 analysis batch after VIDLORA_TEST_ENGINE_FAULT_MARK is absent, corrupt the running engine's
 weights in device memory (bench.gpu.rebuild.corrupt_final_norm) and create the mark, so the
 worker the supervisor starts next runs clean. Only a rebuilt engine cures the fault.

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .verify import (AdapterSet, Options, Reference, VerifyError, _lora_requests, _safe, begin, close_llm, evaluate,
+from . import (AdapterSet, Options, Reference, VerifyError, _lora_requests, _safe, begin, close_llm, evaluate,
                      finish, llm_args, make_llm, merge_adapter, score, shown)
 
 log = logging.getLogger("engine_patch.verify")
@@ -108,7 +108,7 @@ def sample_request(o: Options, work: Path) -> tuple[Any, dict]:
 
 
 def presampled_request(o: Options, folder: Path) -> tuple[Any, dict]:
-    """Frames the sampling code wrote elsewhere (``python -m engine_patch.verify_video
+    """Frames the sampling code wrote elsewhere (``python -m engine_patch.verify.video
     --sample VIDEO --out DIR``): for machines with no decoder, such as the lent GPU."""
     from vidlora.engine_io import AnalysisRequest
 
@@ -333,7 +333,7 @@ def _feed(ids: list[int], engine_input: dict):
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m engine_patch.verify_video",
+    ap = argparse.ArgumentParser(prog="python -m engine_patch.verify.video",
                                  description="write pre-sampled frames for verify --video DIR")
     ap.add_argument("--sample", type=Path, default=None, help="video file (default: the generated sample)")
     ap.add_argument("--out", type=Path, required=True)
