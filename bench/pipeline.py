@@ -98,12 +98,12 @@ class Services:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{self.db_name}"'))
         admin.dispose()
-        from vidlora.cli import _sync_scenarios, upgrade_database
+        from vidlora import db, scenarios
         from vidlora.config import reset_settings
 
         reset_settings()
-        upgrade_database()
-        _sync_scenarios()
+        db.upgrade()
+        scenarios.sync()
         return self
 
     def start_worker(self, kind: str, *args: str, env: dict[str, str] | None = None) -> "Worker":
@@ -138,7 +138,7 @@ class Worker:
         self.kind, self.log_path = kind, log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vidlora.cli", "worker", kind, *args], cwd=ROOT,
+            [sys.executable, "-m", "cli", "worker", kind, *args], cwd=ROOT,
             env={**os.environ, **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -298,7 +298,7 @@ def task_seconds(log_text: str) -> list[float]:
 
 
 def phase_system(args, svc: Services, results: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    from vidlora.submit import submit_paths
+    from tasks.submit import submit_paths
 
     n_videos = math.ceil(args.analyses / len(SCENARIOS))
     videos = unique_videos(svc.run_dir / "videos", n_videos + 1)
@@ -398,7 +398,7 @@ def arrival_batches(items: list[dict[str, Any]], settings) -> list[list[int]]:
 
 
 def _request(d: dict[str, Any]):
-    from workers.requests import AnalysisRequest
+    from vidlora.engine_io import AnalysisRequest
 
     return AnalysisRequest(**d)
 
@@ -406,7 +406,7 @@ def _request(d: dict[str, Any]):
 def phase_bare(args, batch_id: int, items: list[dict[str, Any]], gpu: "Worker", results: dict[str, Any]) -> None:
     from vidlora.config import get_settings
     from workers.engine_host import EngineHost
-    from workers.requests import build_input, sampling_params
+    from vidlora.engine_io import build_input, sampling_params
 
     settings = get_settings()
     host = EngineHost(settings)

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "sequential": args.sequential,
     }
     with Services("rss", args.redis_db, extra_env={"VIDLORA_SCENARIOS_FILE": str(scen_file)}) as svc:
-        from vidlora.submit import submit_paths
+        from tasks.submit import submit_paths
 
         t0 = time.perf_counter()
         clips = tiny_clips(svc.run_dir / "clips", args.videos)

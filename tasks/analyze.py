@@ -25,7 +25,7 @@ from vidlora.db import session_scope
 from vidlora.models import Analysis, Result, utcnow
 from vidlora.scenarios import Generation, record_registrations
 from workers import runtime
-from workers.requests import AnalysisOutput, AnalysisRequest
+from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 
 log = logging.getLogger(__name__)
 

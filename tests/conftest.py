@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_ADMIN_URL = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("VIDLORA_TEST_REDIS", "redis://127.0.0.1:6379")
+from tests.support.env import PG_ADMIN_URL, REDIS_URL, ROOT
+from tests.support.workers import WorkerProcess
 
 
 _RUN_DIR = Path(tempfile.mkdtemp(prefix="vidlora-test-"))
@@ -96,12 +95,12 @@ def database() -> Iterator[str]:
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{_DB_NAME}"'))
-    from vidlora.cli import _sync_scenarios, upgrade_database
+    from vidlora import db, scenarios
     from vidlora.config import reset_settings
 
     reset_settings()
-    upgrade_database()
-    _sync_scenarios()
+    db.upgrade()
+    scenarios.sync()
     yield os.environ["VIDLORA_DATABASE_URL"]
     from vidlora.db import reset_engine
 
@@ -121,73 +120,6 @@ def broker() -> str:
     client = redis.Redis.from_url(f"{REDIS_URL}/{REDIS_DB}")
     client.flushdb()
     return os.environ["VIDLORA_BROKER_URL"]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.5, what: str = "condition",
-             diagnose: Callable[[], str] | None = None):
-    """Poll ``predicate`` until it is truthy; on timeout fail with ``diagnose()`` appended
-    (worker states and log tails), so a CI failure says why, not only that it waited."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{diagnose()}" if diagnose else ""))
-
-
-def describe_workers(*workers: "WorkerProcess", lines: int = 25) -> str:
-    return "\n".join(w.describe(lines) for w in workers)
-
-
-class WorkerProcess:
-    """A real `vidlora worker ...` subprocess with its log captured to a file."""
-
-    def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=()):
-        self.kind, self.log_path, self.args = kind, log_path, tuple(args)
-        self.extra_env = dict(extra_env or {})
-        self.expected_exit = False  # set when a test stops or kills it on purpose
-        env = {**os.environ, **(extra_env or {})}
-        self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vidlora.cli", "worker", kind, *args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def describe(self, lines: int = 25) -> str:
-        """Alive or exit code, and the last ``lines`` log lines (vLLM's config dumps cut short)."""
-        code = self.proc.poll()
-        state = "running" if code is None else f"exited with {code}"
-        tail = [line[:400] for line in self.log().splitlines()[-lines:]]
-        return f"--- {self.kind} worker pid {self.proc.pid} ({state}), {self.log_path.name}:\n" + "\n".join(tail)
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        wait_for(lambda: " ready." in self.log() or self.proc.poll() is not None, timeout, what=f"{self.kind} worker")
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.kind} worker exited:\n{self.log()[-4000:]}")
-
-    def child_pids(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        self.expected_exit = True
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        self.expected_exit = True
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
 
 
 @pytest.fixture(scope="session")
@@ -210,21 +142,6 @@ def start_worker(database, broker, artifacts_dir) -> Iterator[Callable[..., Work
     yield start
     for worker in started:
         worker.stop()
-
-
-def module_gpu_worker(name: str):
-    """A module-scoped ``gpu_worker`` fixture: one real GPU worker named ``name`` for the
-    module, stopped after it. Use as ``gpu_worker = module_gpu_worker("test-gpu-0")``."""
-
-    @pytest.fixture(scope="module")
-    def gpu_worker(start_worker, cpu_worker):
-        worker = start_worker("gpu", extra_env={"VIDLORA_WORKER_NAME": name})
-        worker.wait_ready(timeout=600)
-        yield worker
-        # A GPU worker left running would take later modules' analyses off the gpu queue.
-        worker.stop()
-
-    return gpu_worker
 
 
 @pytest.fixture(scope="session")

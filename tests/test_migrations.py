@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.env import ROOT
 
 
 def alembic(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -20,7 +20,7 @@ def alembic(url: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture()
 def empty_pg():
-    from tests.conftest import PG_ADMIN_URL
+    from tests.support.env import PG_ADMIN_URL
 
     name = f"vidlora_mig_{uuid.uuid4().hex[:8]}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")

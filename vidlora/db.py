@@ -79,3 +79,13 @@ def session_scope() -> Iterator[Session]:
 
 def is_postgres() -> bool:
     return get_engine().dialect.name == "postgresql"
+
+
+def upgrade() -> None:
+    """Apply every migration (alembic upgrade head) to the configured database."""
+    from alembic import command
+    from alembic.config import Config
+
+    from vidlora.config import PROJECT_ROOT
+
+    command.upgrade(Config(str(PROJECT_ROOT / "alembic.ini")), "head")

@@ -188,3 +188,12 @@ def record_registrations(session: Session, verdicts: dict[str, dict[str, Any]]) 
             changed += 1
     session.flush()
     return changed
+
+
+def sync() -> dict[str, int]:
+    """Sync the configured scenario file into the database; name -> scenario id."""
+    from vidlora.config import get_settings
+    from vidlora.db import session_scope
+
+    with session_scope() as session:
+        return sync_from_settings(session, get_settings())

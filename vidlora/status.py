@@ -110,3 +110,18 @@ def batch_view(session: Session, batch_id: int) -> BatchView | None:
         skipped=[(i.name, i.reason or "") for i in items if i.status == "skipped"],
         uploads_pending=sum(1 for u in batch.uploads if u.status == "pending"),
     )
+
+
+def wait(batch_id: int, timeout: float = 0.0, poll_s: float = 1.0) -> BatchView | None:
+    """The batch's view once it is finished, or when `timeout` seconds (0: never) have passed."""
+    import time
+
+    from vidlora.db import session_scope
+
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        with session_scope() as session:
+            view = batch_view(session, batch_id)
+        if view is None or view.finished or (deadline and time.monotonic() > deadline):
+            return view
+        time.sleep(poll_s)

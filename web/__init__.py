@@ -3,7 +3,7 @@
 ``create_app(test_config=None)`` follows the flaskr factory: defaults from vidlora's typed
 settings, overridden by a test dict; extensions bound with ``init_app``; one blueprint per
 feature. The app is a thin layer over the database: batches start through
-``vidlora.submit.submit_streams`` and progress is read with ``vidlora.status.batch_view``.
+``tasks.submit.submit_streams`` and progress is read with ``vidlora.status.batch_view``.
 """
 
 from __future__ import annotations

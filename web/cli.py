@@ -1,4 +1,4 @@
-"""CLI commands of the web app, registered on the `vidlora` group by vidlora/cli.py:
+"""CLI commands of the web app, registered on the `vidlora` group by cli/main.py:
 
     vidlora user create NAME [--password-stdin]   create a reviewer account
     vidlora user set-password NAME [--password-stdin]

@@ -67,7 +67,7 @@ from engine_patch.guard import (
     Verdict,
     check_output,
 )
-from workers.requests import (
+from vidlora.engine_io import (
     AnalysisOutput,
     AnalysisRequest,
     RequestError,

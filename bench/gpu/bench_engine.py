@@ -212,7 +212,7 @@ class Bench:
     # -- requests -------------------------------------------------------------------------
     def requests(self, n: int, adapters: list[str | None], tag: str, prompt_len: int | None = None,
                  out_len: int | None = None) -> list:
-        from workers.requests import AnalysisRequest
+        from vidlora.engine_io import AnalysisRequest
 
         a = self.args
         plen = prompt_len or a.prompt_len
@@ -229,7 +229,7 @@ class Bench:
         return reqs
 
     def bare_inputs(self, reqs: list):
-        from workers.requests import build_input
+        from vidlora.engine_io import build_input
 
         inputs = [build_input(self.tok, r) for r in reqs]
         params = [self.sampling_params(r) for r in reqs]

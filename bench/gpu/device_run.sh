@@ -151,7 +151,7 @@ case $STAGE in
   patchoff)
     assets
     bench graphs_nopatch off 0 warmup,bare_nolora,bare_one,bare_mixed3,prefill_one,prefill_nolora,bare_nolora_repeat
-    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify.py ] && verify on
+    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify/ ] && verify on
     [ $(left) -gt 90 ] && [ ! -f $RES/fault_off.json ] && fault off
     [ $(left) -gt 90 ] && [ ! -f $RES/fault_on.json ] && fault on
     [ $(left) -gt 200 ] && bench eager_patch on 1 warmup,bare_nolora,bare_one,bare_mixed3,prefill_one
@@ -189,8 +189,8 @@ case $STAGE in
     [ $(left) -gt 200 ] && verify off
     ;;
   tiny)
-    [ -f $REPO/engine_patch/verify.py ] && verify on
-    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify.py ] && verify off
+    [ -f $REPO/engine_patch/verify/ ] && verify on
+    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify/ ] && verify off
     [ $(left) -gt 90 ] && fault off
     [ $(left) -gt 90 ] && fault on
     ;;

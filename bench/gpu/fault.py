@@ -159,7 +159,7 @@ def run(args) -> dict[str, Any]:
     res["fault"] = make_fault_adapter(tiny, work / "fault_adapter")
     T = res["fault"]["trigger_token"]
     import workers.engine_host as eh
-    from workers.requests import AnalysisRequest, build_input, sampling_params
+    from vidlora.engine_io import AnalysisRequest, build_input, sampling_params
 
     adapters = work / "adapters"  # the good adapters and the faulty one side by side
     adapters.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ engine runs, in this order, each step one ``generate`` call:
 1. ``short``: a short chat prompt, no adapter and with each adapter;
 2. ``long``: a ~450-token chat prompt, no adapter and with the first adapter;
 3. ``video``: a ~2,000-token video request (pre-sampled frames, the GPU worker's request
-   builder ``workers.requests.build_input``, the real Qwen3.5 processor's pixel budget),
+   builder ``vidlora.engine_io.build_input``, the real Qwen3.5 processor's pixel budget),
    no adapter and with the first adapter;
 4. ``mixed``: long + video + short requests co-batched across adapters;
 5. ``short_again`` and ``long_again``: steps 1 and 2 repeated, identical batches.
@@ -72,7 +72,7 @@ def long_prompt(tokenizer, tokens: int) -> str:
 
 def requests(tokenizer, frames: Path | None, new_tokens: int) -> dict[str, Any]:
     """name -> AnalysisRequest without adapter (the adapter is attached per call)."""
-    from workers.requests import AnalysisRequest
+    from vidlora.engine_io import AnalysisRequest
 
     def req(key: str, prompt: str, files: list[str] = (), ts: list[float] = ()) -> AnalysisRequest:
         return AnalysisRequest(request_key=key, prompt=prompt, system=SYSTEM, frames=list(files),
@@ -98,7 +98,7 @@ def pdl_in_effect() -> bool | None:
 
 
 def facts(o, bang: int) -> dict[str, Any]:
-    from workers.requests import chosen_logprobs
+    from vidlora.engine_io import chosen_logprobs
 
     c = o.outputs[0]
     ids = list(c.token_ids)
@@ -150,7 +150,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
-    from workers.requests import build_input
+    from vidlora.engine_io import build_input
 
     tok = AutoTokenizer.from_pretrained(str(a.model))
     bang = tok.convert_tokens_to_ids("!")
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu.field_repro", description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--adapter", action="append", required=True)
-    p.add_argument("--frames", type=Path, default=None, help="pre-sampled frames (engine_patch.verify_video --out)")
+    p.add_argument("--frames", type=Path, default=None, help="pre-sampled frames (engine_patch.verify.video --out)")
     p.add_argument("--json", type=Path, required=True)
     p.add_argument("--label", default="field")
     p.add_argument("--patch", choices=["on", "off"], default="off")

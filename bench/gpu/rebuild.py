@@ -83,7 +83,7 @@ def run(a) -> dict:
     from engine_patch.env import versions
     from engine_patch.guard import EngineReplaceRequired
     from workers.engine_host import EngineHost
-    from workers.requests import AnalysisRequest
+    from vidlora.engine_io import AnalysisRequest
 
     tiny = Path(a.tiny)
     res: dict = {"patch": a.patch, "mem_before_engine": memory()}

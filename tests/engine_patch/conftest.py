@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .assets import REPO, scenario_adapters
+from tests.support.tiny import REPO, scenario_adapters
 
 
 @pytest.fixture(scope="session")

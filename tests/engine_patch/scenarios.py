@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         import engine_patch
 
         engine_patch.apply()
-    from tests.engine_patch.assets import tiny_model
+    from tests.support.tiny import tiny_model
 
     adapters = {k: Path(v) for k, v in json.loads(a.adapters).items()}
     llm = make_llm(tiny_model())

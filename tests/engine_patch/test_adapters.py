@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from engine_patch.adapters import AdapterError, prepare_adapter
 
-from .assets import derive, full_adapters, tiny_model
+from tests.support.tiny import derive, full_adapters, tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 The guard logic is tested here against a narrow fake of the host's ``GuardedEngine``
 protocol (faults a real engine cannot be made to produce on demand: poisoned batch-mates,
 faults cured by exactly one ladder step). The real engine path is covered by
-tests/workers/test_engine_host.py and tests/tasks/test_degenerate_output.py.
+tests/workers/test_engine_host.py and tests/system/pipelines/test_degenerate_output.py.
 """
 from __future__ import annotations
 

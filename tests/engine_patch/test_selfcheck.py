@@ -12,7 +12,7 @@ import pytest
 from engine_patch import selfcheck
 from engine_patch.selfcheck import CanaryResult, SelfCheckError, canary, check_adapters, check_kernels
 
-from .assets import REPO, full_adapters, tiny_model
+from tests.support.tiny import REPO, full_adapters, tiny_model
 
 _OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
 SMALL = (1, 127, 128, 129, 512)

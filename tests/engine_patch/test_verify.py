@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine_patch.verify import Options, compare, compare_generation, make_prompt, tolerance
-from engine_patch.verify_video import InputMismatch, check_same_input
+from engine_patch.verify.video import InputMismatch, check_same_input
 
-from .assets import REPO, full_adapters, tiny_model
+from tests.support.tiny import REPO, full_adapters, tiny_model
 
 
 def test_compare_mean_max_agreement():

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.support.env import ROOT
 
 # A real worker on the test broker whose first act once ready is to stop itself with code 3,
 # as Celery does (with 1) after an "Unrecoverable error" such as kombu's during a Redis restart.

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from vidlora.scenarios import ScenarioError, load_scenarios, sync_scenarios
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.env import ROOT
 
 
 def write(tmp_path, scenarios):

@@ -14,9 +14,9 @@ import pytest
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
 
 from engine_patch.verify import Options, Reference, compare, tolerance  # noqa: E402
-from tests.engine_patch.adapter_classes import build_classes  # noqa: E402
+from tests.support.adapter_classes import build_classes  # noqa: E402
 from workers import tiny_model  # noqa: E402
-from workers.requests import AnalysisRequest, build_prompt  # noqa: E402
+from vidlora.engine_io import AnalysisRequest, build_prompt  # noqa: E402
 
 pytestmark = pytest.mark.engine
 PROMPT = "List the objects on the tomb floor and describe the wall paintings."

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.faulty_adapters import make_overflow_adapter
+
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
 
 import shutil  # noqa: E402
 
 from workers import tiny_model  # noqa: E402
-from workers.requests import (  # noqa: E402
+from vidlora.engine_io import (  # noqa: E402
     AnalysisRequest,
     RequestError,
     build_input,
@@ -88,25 +90,6 @@ def make_request(key: str, frames: list[str], adapter: str | None, model_dir: Pa
     )
     args.update(kw)
     return AnalysisRequest(**args)
-
-
-def make_overflow_adapter(src: Path, dst: Path, value: float = 1e30) -> Path:
-    """A copy of adapter ``src`` whose layer-0 MLP down_proj lora_B is ``value`` everywhere.
-
-    Finite on disk (engine_patch's loader accepts it), but the residual stream overflows in
-    bf16 at run time: the realistic shape of the LoRA NaN/inf faults, reaching the engine
-    with no bypass. The tiny model then emits token 0 ('!') at every step.
-    """
-    from safetensors.torch import load_file, save_file
-
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst)
-    weights = dst / "adapter_model.safetensors"
-    tensors = load_file(str(weights))
-    [key] = [k for k in tensors if k.endswith("layers.0.mlp.down_proj.lora_B.weight")]
-    tensors[key] = tensors[key].clone().fill_(value)
-    save_file(tensors, str(weights), metadata={"format": "pt"})
-    return dst
 
 
 @pytest.fixture(scope="module")

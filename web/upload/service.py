@@ -10,7 +10,7 @@ from werkzeug.datastructures import FileStorage
 from vidlora.batches import BatchError
 from vidlora.config import get_settings
 from vidlora.ingest.archive import ARCHIVE_SUFFIXES
-from vidlora.submit import submit_streams
+from tasks.submit import submit_streams
 
 
 class UploadError(ValueError):

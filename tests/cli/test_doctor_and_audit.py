@@ -1,0 +1,122 @@
+"""cli.doctor and vidlora.audit against the real test database and Redis."""
+
+from pathlib import Path
+
+from sqlalchemy import select
+
+from vidlora.db import session_scope
+
+from vidlora.audit import audit
+from vidlora.config import get_settings
+from cli.doctor import run_checks
+
+
+def test_doctor_sees_the_database_broker_and_media(database, broker):
+    checks = {c.name: c for c in run_checks(get_settings())}
+    assert checks["database"].ok and checks["migrations"].ok and checks["durable commits"].ok
+    assert checks["broker"].ok and "queues" in checks["broker"].detail
+    assert checks["media store"].ok and checks["ffmpeg"].ok
+    # Every failing check says how to fix it.
+    assert all(c.fix for c in checks.values() if not c.ok)
+
+
+def test_doctor_flags_a_database_that_acknowledges_commits_before_writing_them(database):
+    from sqlalchemy import create_engine, text
+
+    from vidlora.config import Settings
+
+    # The setting is per database: turn it off on a scratch database, not the shared one.
+    admin = create_engine(database.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    name = database.rsplit("/", 1)[1] + "_async"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
+    try:
+        checks = {c.name: c for c in run_checks(Settings(database_url=database.rsplit("/", 1)[0] + "/" + name))}
+        assert not checks["durable commits"].ok and "synchronous_commit = on" in checks["durable commits"].fix
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_doctor_reports_a_missing_database_with_a_fix():
+    from vidlora.config import Settings
+
+    bad = Settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    checks = run_checks(bad)
+    assert not checks[0].ok and "VIDLORA_DATABASE_URL" in checks[0].fix
+
+
+def test_audit_flags_a_stuck_analysis_and_a_result_without_health(db_session):
+    from vidlora.models import Analysis, Batch, BatchItem, Result, Scenario, Video
+
+    scenario = db_session.scalar(select(Scenario).limit(1))
+    batch = Batch(name="audit", source="cli", scenario_names=[scenario.name])
+    video = Video(sha256="f" * 64, path="videos/x.mp4", original_name="x.mp4", size_bytes=1, status="ready")
+    db_session.add_all([batch, video])
+    db_session.flush()
+    db_session.add(BatchItem(batch_id=batch.id, name="x.mp4", status="stored", video_id=video.id))
+    stuck = Analysis(video_id=video.id, scenario_id=scenario.id, status="running")
+    db_session.add(stuck)
+    db_session.flush()
+    report = audit(db_session, [batch.id])
+    assert report.stuck_analyses == [stuck.id] and not report.clean
+    stuck.status = "done"
+    db_session.add(Result(analysis_id=stuck.id, text="t", prompt_tokens=1, output_tokens=1, latency_s=0.1,
+                          health={}, model="m"))
+    db_session.flush()
+    db_session.expire_all()
+    report = audit(db_session, [batch.id])
+    assert report.stuck_analyses == [] and len(report.unchecked_results) == 1
+
+
+def test_audit_counts_a_stored_video_without_its_analysis_as_lost(db_session):
+    from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
+
+    first, second = db_session.scalars(select(Scenario).order_by(Scenario.id).limit(2)).all()
+    batch = Batch(name="audit-lost", source="cli", scenario_names=[first.name, second.name])
+    video = Video(sha256="e" * 64, path="videos/y.mp4", original_name="y.mp4", size_bytes=1, status="ready")
+    db_session.add_all([batch, video])
+    db_session.flush()
+    db_session.add(BatchItem(batch_id=batch.id, name="y.mp4", status="stored", video_id=video.id))
+    db_session.add(Analysis(video_id=video.id, scenario_id=first.id, status="rejected", reason="r"))
+    db_session.flush()
+    assert audit(db_session, [batch.id]).lost_videos == ["analyses-of:y.mp4"]
+    # The missing scenario's analysis may come from another batch with the same content.
+    db_session.add(Analysis(video_id=video.id, scenario_id=second.id, status="rejected", reason="r"))
+    db_session.flush()
+    assert audit(db_session, [batch.id]).lost_videos == []
+
+
+def test_doctor_runs_the_workers_registration_on_each_adapter(database, tmp_path):
+    """An adapter the GPU workers would refuse is flagged with the module and why, by the same
+    registration they run (engine_patch.registration), before any worker starts."""
+    import json
+    import shutil
+
+    from sqlalchemy import select
+
+    from tests.support.tiny import tiny_model
+    from vidlora.config import get_settings
+    from cli.doctor import run_checks
+    from vidlora.models import Scenario
+
+    settings = get_settings()
+    src = Path(settings.adapter_root) / "tomb_structure"
+    bad = tmp_path / "dora"
+    shutil.copytree(src, bad)
+    cfg = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
+    assert tiny_model()
+    with session_scope() as session:
+        row = session.scalar(select(Scenario).where(Scenario.name == "tomb_structure"))
+        path, row.adapter_path = row.adapter_path, str(bad)
+    try:
+        checks = {c.name: c for c in run_checks(settings)}
+        assert checks["adapter artifact_identification"].ok
+        tomb = checks["adapter tomb_structure"]
+        assert not tomb.ok and "use_dora" in tomb.detail and "DoRA" in tomb.detail and tomb.fix
+    finally:
+        with session_scope() as session:
+            session.scalar(select(Scenario).where(Scenario.name == "tomb_structure")).adapter_path = path

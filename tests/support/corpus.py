@@ -1,0 +1,247 @@
+"""Generated test videos: a good corpus (every container/codec we claim to handle) and a bad one.
+
+Everything is made by the system ``ffmpeg`` from lavfi sources, so nothing binary is checked in.
+Files are cached under the directory you pass; the file name carries a hash of the recipe, so
+changing a recipe regenerates that file and nothing else. Generation writes to a temporary name
+and renames, so parallel test processes never see half-written files.
+
+Frame code: every good video (except the 1080p one) carries a strip along the top of the
+*stored* picture, in four quarters of grey levels ``16 + 14*k``: k = 0, N mod 16, N div 16, 15,
+where ``N`` is the source frame number (the outer quarters calibrate the reading).
+``read_frame_code`` recovers ``N`` from a decoded JPEG, so tests can prove a decoder returned
+the frame it claims, not a neighbour. For the VFR clip ``N`` is the source frame number at
+30 fps, so the frame shown at pts ``t`` must carry code ``round(t * 30)``.
+
+Usage (other tests use this too)::
+
+    from tests.support.corpus import good_videos, bad_videos
+    vids = good_videos(cache_dir)            # {name: Path}
+    bad = bad_videos(cache_dir)              # {name: (Path, expected reason substring)}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import zlib
+import struct
+from pathlib import Path
+
+FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+CORPUS_VERSION = "1"  # bump to regenerate everything
+
+CODE_LEVELS = 16
+CODE_STEP = 14
+VFR_SOURCE_FPS = 30
+
+
+def _encoders() -> str:
+    out = subprocess.run([FFMPEG, "-hide_banner", "-encoders"], capture_output=True, text=True)
+    return out.stdout
+
+
+def _coded(w: int, h: int, rate: str, seconds: float, extra_vf: str = "") -> list[str]:
+    """ffmpeg input+filter args: testsrc2 with a frame-code strip overlaid at the top."""
+    strip_h = max(8, (h // 6) // 2 * 2)
+    q = "floor(4*X/W)"  # strip quarters: [level 0 | N mod 16 | N div 16 | level 15]
+    lum = (f"{16}+{CODE_STEP}*if(eq({q},0),0,if(eq({q},1),mod(N,{CODE_LEVELS}),"
+           f"if(eq({q},2),mod(floor(N/{CODE_LEVELS}),{CODE_LEVELS}),{CODE_LEVELS - 1})))")
+    graph = (
+        f"testsrc2=s={w}x{h}:r={rate}:d={seconds}[bg];"
+        f"color=c=black:s={w}x{strip_h}:r={rate}:d={seconds},format=yuv444p,"
+        f"geq=lum='{lum}':cb=128:cr=128[strip];"
+        f"[bg][strip]overlay=0:0:shortest=1{extra_vf}[v]"
+    )
+    return ["-filter_complex", graph, "-map", "[v]"]
+
+
+def _plain(w: int, h: int, rate: str, seconds: float) -> list[str]:
+    return ["-f", "lavfi", "-i", f"testsrc2=s={w}x{h}:r={rate}:d={seconds}"]
+
+
+X264 = ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"]
+
+
+def _good_recipes() -> dict[str, tuple[str, list[list[str]]]]:
+    """name -> (file name suffix, list of ffmpeg arg lists run in order; '{out}'/'{prev}')."""
+    enc = _encoders()
+    r: dict[str, tuple[str, list[list[str]]]] = {
+        "h264_mp4": (".mp4", [[*_coded(320, 240, "30", 2), *X264, "{out}"]]),
+        "vp9_webm": (".webm", [[*_coded(320, 240, "25", 2), "-c:v", "libvpx-vp9", "-deadline", "realtime",
+                                "-cpu-used", "8", "-b:v", "0", "-crf", "35", "{out}"]]),
+        "mjpeg_avi": (".avi", [[*_coded(320, 240, "25", 2), "-c:v", "mjpeg", "-q:v", "3",
+                                "-pix_fmt", "yuvj420p", "{out}"]]),
+        "h264_ts": (".ts", [[*_coded(320, 240, "25", 2), *X264, "-f", "mpegts", "{out}"]]),
+        "h264_1080p": (".mp4", [[*_plain(1920, 1080, "30", 2), *X264, "{out}"]]),
+        # Stored landscape 320x240, display rotation 90: must come out portrait (240 wide).
+        # ffmpeg 5.1 has no -display_rotation; the legacy rotate tag works on a stream copy.
+        "portrait_mp4": (".mp4", [
+            [*_coded(320, 240, "30", 2), *X264, "{tmp}"],
+            ["-i", "{tmp}", "-c", "copy", "-metadata:s:v:0", "rotate=90", "{out}"],
+        ]),
+        # Variable frame rate: drop source frames 3..6 of every 10 -> 1/30 s and 5/30 s gaps.
+        "vfr_mp4": (".mp4", [[*_coded(320, 240, str(VFR_SOURCE_FPS), 3,
+                                      ",select='not(between(mod(n\\,10)\\,3\\,6))'"),
+                              *X264, "-vsync", "vfr", "{out}"]]),
+        # Odd sizes: testsrc2 rounds to even, so scale after; H.264 needs 4:4:4 for odd sides.
+        "odd_size_mp4": (".mp4", [[*_coded(332, 198, "24", 2, ",scale=333:199"), "-c:v", "libx264", "-preset", "veryfast",
+                                   "-pix_fmt", "yuv444p", "{out}"]]),
+    }
+    if "libsvtav1" in enc:
+        r["av1_mkv"] = (".mkv", [[*_coded(320, 240, "24", 1), "-c:v", "libsvtav1", "-preset", "12",
+                                  "-pix_fmt", "yuv420p", "{out}"]])
+    elif "libaom-av1" in enc:
+        r["av1_mkv"] = (".mkv", [[*_coded(320, 240, "24", 1), "-c:v", "libaom-av1", "-cpu-used", "8",
+                                  "-row-mt", "1", "-pix_fmt", "yuv420p", "{out}"]])
+    return r
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha1(repr((CORPUS_VERSION, parts)).encode()).hexdigest()[:10]
+
+
+def _run_ffmpeg(steps: list[list[str]], out: Path) -> None:
+    tmp_final = out.with_name(f".{out.stem}.{os.getpid()}{out.suffix}")
+    tmp_mid = out.with_name(f".{out.stem}.{os.getpid()}.mid{out.suffix}")
+    try:
+        for step in steps:
+            args = [a.replace("{out}", str(tmp_final)).replace("{tmp}", str(tmp_mid)) for a in step]
+            subprocess.run([FFMPEG, "-nostdin", "-v", "error", "-y", *args], check=True, timeout=120,
+                           env={**os.environ, "SVT_LOG": "1"})  # SVT-AV1 ignores -v; 1 = errors
+        os.replace(tmp_final, out)
+    finally:
+        for p in (tmp_final, tmp_mid):
+            p.unlink(missing_ok=True)
+
+
+def good_videos(cache_dir: Path) -> dict[str, Path]:
+    """Generate (once) and return the good corpus, keyed by a short name.
+
+    Names: h264_mp4, vp9_webm, mjpeg_avi, h264_ts, h264_1080p, portrait_mp4, vfr_mp4,
+    odd_size_mp4, and av1_mkv when the local ffmpeg has an AV1 encoder (absent otherwise).
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for name, (suffix, steps) in _good_recipes().items():
+        path = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        out[name] = path
+    return out
+
+
+def coded_videos() -> set[str]:
+    """Names of good videos that carry the frame-code strip."""
+    return {n for n in _good_recipes() if n != "h264_1080p"}
+
+
+def read_frame_code(jpeg: Path, rotation: int = 0) -> int:
+    """Recover the source frame number from a sampled JPEG (see module docstring).
+
+    ``rotation`` is the clockwise display rotation the sampler applied; the strip sits at the
+    top of the stored picture, so after 90 cw it is the right-hand column, and so on.
+    """
+    import numpy as np
+    from PIL import Image
+
+    img = np.asarray(Image.open(jpeg).convert("L"), dtype=np.float64)
+    # Undo the display rotation so the strip is at the top again (np.rot90 turns ccw).
+    img = np.rot90(img, k={0: 0, 90: 1, 180: 2, 270: 3}[rotation % 360])
+    h, w = img.shape
+    band = img[max(0, h // 60): max(2, h // 6 - h // 30)]  # inside the strip, off its edges
+    m = w // 32
+    q = [band[:, i * w // 4 + m: (i + 1) * w // 4 - m].mean() for i in range(4)]
+    # The outer quarters are levels 0 and 15: calibrate against them, so it does not matter
+    # whether the decoder mapped limited-range luma to full range (MJPEG is full range).
+    step = (q[3] - q[0]) / (CODE_LEVELS - 1)
+    lo = int(round((q[1] - q[0]) / step))
+    hi = int(round((q[2] - q[0]) / step))
+    return hi * CODE_LEVELS + lo
+
+
+# -- bad corpus -------------------------------------------------------------------------------
+
+def _png_bytes() -> bytes:
+    """A valid 8x8 grey PNG, built by hand (no encoder needed)."""
+    raw = b"".join(b"\x00" + bytes([128] * 8) for _ in range(8))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", 8, 8, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def bad_videos(cache_dir: Path) -> dict[str, tuple[Path, str]]:
+    """Generate (once) and return files that ``probe`` must reject.
+
+    Value: (path, a substring the ``BadVideo`` reason must contain). Cases:
+
+    - ``empty``: zero bytes.
+    - ``truncated_mp4``: H.264 mp4 (moov at the end, ffmpeg's default) cut to 40 %.
+    - ``text_as_mp4`` / ``png_as_mp4``: text and a PNG named ``.mp4``.
+    - ``audio_only``: AAC sine in an mp4, no video stream.
+    - ``unsupported_codec``: MJPEG avi with its fourcc rewritten to the made-up ``VLRX``.
+    - ``zero_duration``: an mp4 with a video track that holds no frames (``-t 0``).
+    - ``huge_resolution``: one 8256x8192 MJPEG frame (> 8192*8192, the default
+      ``max_video_pixels``); the largest cheap size ffmpeg makes, ~0.4 MB.
+    - ``absurd_aspect``: one 20000x20 MJPEG frame (aspect ratio > 200:1, which the model's
+      resizer cannot represent).
+    - ``too_long``: two MJPEG frames 15,000 s apart in mkv: 30,000 s > the 6 h default.
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, tuple[Path, str]] = {}
+
+    def made(name: str, suffix: str, steps: list[list[str]]) -> Path:
+        path = cache_dir / f"bad-{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        return path
+
+    def written(name: str, suffix: str, data: bytes) -> Path:
+        path = cache_dir / f"bad-{name}-{_digest(data)}{suffix}"
+        if not path.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return path
+
+    out["empty"] = (written("empty", ".mp4", b""), "empty file")
+
+    full = made("full_for_truncation", ".mp4", [[*_plain(320, 240, "30", 2), *X264, "{out}"]])
+    data = full.read_bytes()
+    out["truncated_mp4"] = (written("truncated", ".mp4", data[: int(len(data) * 0.4)]), "truncated")
+
+    out["text_as_mp4"] = (written("text", ".mp4", b"this is not a video\n" * 50), "not a video")
+    out["png_as_mp4"] = (written("png", ".mp4", _png_bytes()), "still image")
+    out["audio_only"] = (made("audio_only", ".mp4", [["-f", "lavfi", "-i", "sine=f=440:d=1",
+                                                      "-c:a", "aac", "{out}"]]), "no video stream")
+    mj = made("mjpeg_for_fourcc", ".avi", [[*_plain(64, 48, "10", 0.5), "-c:v", "mjpeg", "{out}"]])
+    out["unsupported_codec"] = (written("unsupported_codec", ".avi", mj.read_bytes().replace(b"MJPG", b"VLRX")),
+                                "unsupported codec")
+    out["zero_duration"] = (made("zero_duration", ".mp4", [[*_plain(320, 240, "30", 1), "-t", "0",
+                                                           *X264, "{out}"]]), "zero duration")
+    out["huge_resolution"] = (made("huge", ".avi", [["-f", "lavfi", "-i", "color=black:s=8256x8192:r=1",
+                                                     "-frames:v", "1", "-c:v", "mjpeg",
+                                                     "-pix_fmt", "yuvj420p", "{out}"]]), "resolution")
+    out["absurd_aspect"] = (made("aspect", ".avi", [["-f", "lavfi", "-i", "color=black:s=20000x20:r=1",
+                                                     "-frames:v", "1", "-c:v", "mjpeg",
+                                                     "-pix_fmt", "yuvj420p", "{out}"]]), "aspect ratio")
+    out["too_long"] = (made("too_long", ".mkv", [["-f", "lavfi", "-i", "color=black:s=64x64:r=1/15000",
+                                                  "-frames:v", "2", "-c:v", "mjpeg",
+                                                  "-pix_fmt", "yuvj420p", "{out}"]]), "too long")
+    return out
+
+
+if __name__ == "__main__":  # python -m tests.support.corpus DIR : generate and list
+    import sys
+
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "test-artifacts/media-corpus")
+    for k, v in good_videos(d).items():
+        print("good", k, v)
+    for k, (p, why) in bad_videos(d).items():
+        print("bad ", k, p, repr(why))

@@ -1,0 +1,194 @@
+"""A reviewer's whole session in a real browser, against the real pipeline.
+
+Headless Chromium signs in, uploads two generated videos for two scenarios, watches the
+batch page's grid go to done without reloading (real cpu and gpu Celery workers, tiny
+Qwen3.5 model in vllm), approves one result, edits another (and sees the diff), filters the
+results page by scenario, downloads the CSV export and checks its rows, and checks that
+model or reviewer text holding markup is shown as text: no script runs, no element appears.
+A screenshot of each step goes to test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from tests.system.browser.conftest import PASSWORD, REVIEWER
+from tests.support.workers import describe_workers
+from vidlora.samples import generate_samples
+
+pytestmark = [pytest.mark.browser, pytest.mark.engine]
+
+SCENARIOS = ("artifact_identification", "tomb_structure")
+VIDEOS = ("tomb_corridor", "bronze_vessel")  # short h264 clips, quick to sample
+HOSTILE = "<script>alert(1)</script><b>bold</b>"
+HOSTILE_MODEL = "<img src=x onerror=alert(2)><b>model bold</b> & <i>more</i>"
+PIPELINE_TIMEOUT_MS = 480_000
+
+
+def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, screenshots, corpus_dir, tmp_path):
+    from vidlora.db import session_scope
+    from vidlora.models import Result
+
+    base = live_server
+    videos = generate_samples(tmp_path / "upload", list(VIDEOS), tag=uuid.uuid4().hex[:8])
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page_errors: list[str] = []
+    page.on("pageerror", lambda e: page_errors.append(str(e)))
+
+    def shot(name: str) -> None:
+        page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
+
+    # 1. Sign in (any page redirects to the sign-in form first).
+    page.goto(f"{base}/upload/")
+    page.wait_for_selector("[data-testid=login-form]")
+    shot("01-login")
+    page.fill("#username", REVIEWER)
+    page.fill("#password", PASSWORD)
+    page.click("[data-testid=login-submit]")
+    page.wait_for_selector("[data-testid=upload-form]")
+    shot("02-upload-page")
+
+    # 2. Upload two videos for two scenarios; the per-file bars reach 100%.
+    page.set_input_files("[data-testid=file-input]", [str(v) for v in videos])
+    assert page.locator("[data-testid=file-progress]").count() == 2
+    for name in SCENARIOS:
+        page.check(f"[data-testid=scenario-{name}]")
+    page.fill("[data-testid=batch-name]", "browser review flow")
+    shot("03-files-chosen")
+    page.click("[data-testid=upload-submit]")
+    page.wait_for_url(re.compile(r".*/batches/\d+$"))
+    batch_id = int(page.url.rsplit("/", 1)[1])
+
+    # 3. The batch page updates itself: mark this document, wait for every cell to be done,
+    #    then check the mark is still there (no reload happened) and a cell changed live.
+    page.wait_for_selector("[data-testid=batch-progress]")
+    page.evaluate("window.__noReload = 'same-document'")
+    first_seen = page.evaluate(
+        "Array.from(document.querySelectorAll('[data-testid^=cell-]')).map(c => c.dataset.status)")
+    shot("04-batch-started")
+    n_cells = len(VIDEOS) * len(SCENARIOS)
+    try:
+        page.wait_for_function(
+            """n => {
+                const cells = Array.from(document.querySelectorAll('[data-testid^=cell-]'));
+                return cells.length === n && cells.every(c => ['done', 'failed', 'rejected'].includes(c.dataset.status))
+                    && document.querySelector('[data-testid=batch-state]').dataset.status === 'finished';
+            }""",
+            arg=n_cells, timeout=PIPELINE_TIMEOUT_MS, polling=500,
+        )
+    except PlaywrightTimeoutError:
+        shot("05-batch-timeout")
+        status = subprocess.run([sys.executable, "-m", "cli", "status", str(batch_id)],
+                                capture_output=True, text=True, timeout=60)
+        raise AssertionError(f"batch {batch_id} did not finish in {PIPELINE_TIMEOUT_MS // 1000}s:\n"
+                             f"{status.stdout}{status.stderr}\n{describe_workers(cpu_worker, gpu_worker)}") from None
+    shot("05-batch-finished")
+    assert page.evaluate("window.__noReload") == "same-document", "the batch page reloaded"
+    statuses = page.evaluate(
+        "Array.from(document.querySelectorAll('[data-testid^=cell-]')).map(c => c.dataset.status)")
+    assert statuses == ["done"] * n_cells, statuses
+    assert first_seen != statuses, "grid was already finished at first paint; nothing was watched live"
+
+    # 4. The batch's results: one per video x scenario.
+    page.click("[data-testid=batch-results-link]")
+    page.wait_for_selector("[data-testid=result-table]")
+    rows = page.locator("[data-testid=result-table] tbody tr[data-result-id]")
+    assert rows.count() == n_cells
+    result_ids = [int(rows.nth(i).get_attribute("data-result-id")) for i in range(n_cells)]
+    with session_scope() as session:
+        scenario_of = {rid: session.get(Result, rid).analysis.scenario.name for rid in result_ids}
+    tomb = [rid for rid in result_ids if scenario_of[rid] == "tomb_structure"]
+    artifact = [rid for rid in result_ids if scenario_of[rid] == "artifact_identification"]
+    assert len(tomb) == len(artifact) == 2
+    shot("06-results")
+
+    # 5. Approve one result.
+    approve_id = tomb[0]
+    page.goto(f"{base}/review/results/{approve_id}")
+    page.click(f"[data-testid=approve-{approve_id}]")
+    page.wait_for_selector("[data-testid=review-state] [data-review-state=approved]")
+    assert page.locator("[data-testid=history] li[data-action=approve]").count() == 1
+    shot("07-approved")
+
+    # 6. Edit another: the page shows the word diff against the model's text.
+    edit_id = artifact[0]
+    page.goto(f"{base}/review/results/{edit_id}")
+    model_text = page.locator("[data-testid=result-text]").inner_text()
+    corrected = "Bronze fibula, incised decoration, Iron Age (confidence: medium)."
+    page.fill("[data-testid=edit-text]", corrected)
+    page.click(f"[data-testid=edit-{edit_id}]")
+    page.wait_for_selector("[data-testid=diff]")
+    assert page.locator("[data-testid=result-text]").inner_text() == corrected
+    diff = page.locator("[data-testid=diff]").first
+    assert diff.locator("ins").count() >= 1
+    if model_text.strip():
+        assert diff.locator("del").count() >= 1
+    assert page.locator("[data-testid=review-state] [data-review-state=edited]").count() == 1
+    shot("08-edited-diff")
+
+    # 7. Markup is text: a reviewer's edit and a model output holding HTML and script.
+    xss_id = artifact[1]
+    page.goto(f"{base}/review/results/{xss_id}")
+    page.fill("[data-testid=edit-text]", HOSTILE)
+    page.click(f"[data-testid=edit-{xss_id}]")
+    page.wait_for_selector("[data-testid=diff]")
+    text_box = page.locator("[data-testid=result-text]")
+    assert text_box.inner_text() == HOSTILE  # the literal characters are visible
+    assert text_box.locator("b, script").count() == 0
+    assert page.locator("[data-testid=diff] b, [data-testid=diff] script").count() == 0
+    shot("09-markup-edit")
+    model_xss_id = tomb[1]
+    with session_scope() as session:  # as if the model had written it
+        session.get(Result, model_xss_id).text = HOSTILE_MODEL
+    page.goto(f"{base}/review/results/{model_xss_id}")
+    assert page.locator("[data-testid=result-text]").inner_text() == HOSTILE_MODEL
+    assert page.locator("[data-testid=result-text] img, [data-testid=result-text] b, "
+                        "[data-testid=result-text] i").count() == 0
+    page.goto(f"{base}/results/?batch={batch_id}")
+    for rid, text in ((xss_id, HOSTILE), (model_xss_id, HOSTILE_MODEL)):
+        cell = page.locator(f"tr[data-result-id='{rid}'] td.excerpt")
+        assert cell.inner_text() == text
+        assert cell.locator("*").count() == 0, cell.inner_html()
+    assert page.locator("main b, main script:not([src]), main img[src=x]").count() == 0
+    shot("10-markup-in-results")
+
+    # 8. Filter by scenario with the form.
+    page.select_option("[data-testid=filter-scenario]", "tomb_structure")
+    page.select_option("[data-testid=filter-batch]", str(batch_id))
+    page.click("[data-testid=filter-submit]")
+    page.wait_for_url(re.compile(r".*scenario=tomb_structure.*"))
+    shown = page.locator("[data-testid=result-table] tbody tr[data-result-id]")
+    assert sorted(int(shown.nth(i).get_attribute("data-result-id")) for i in range(shown.count())) == sorted(tomb)
+    shot("11-filtered")
+
+    # 9. The CSV export carries the filter: the two tomb-structure rows, with the review.
+    with page.expect_download() as info:
+        page.click("[data-testid=export-csv]")
+    download = info.value
+    assert download.suggested_filename.endswith(".csv")
+    saved = screenshots / "export.csv"
+    download.save_as(saved)
+    table = list(csv.DictReader(io.StringIO(saved.read_text(encoding="utf-8-sig"))))
+    assert sorted(int(r["result_id"]) for r in table) == sorted(tomb)
+    assert {r["scenario"] for r in table} == {"tomb_structure"}
+    by_id = {int(r["result_id"]): r for r in table}
+    assert by_id[approve_id]["review_state"] == "approved"
+    assert by_id[model_xss_id]["text"] == HOSTILE_MODEL
+    assert all(r["status"] == "done" for r in table)
+
+    assert dialogs == [], f"a dialog fired: {dialogs}"
+    assert page_errors == [], page_errors
+    context.close()

@@ -1,0 +1,21 @@
+"""The house's floors (`.importlinter`): cli > web > tasks > workers > engine_patch > vidlora,
+and no import cycle among the modules of any package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.env import ROOT
+
+
+def test_no_package_imports_a_floor_above_it_and_nothing_imports_in_a_circle():
+    lint = Path(sys.executable).with_name("lint-imports")
+    # This checkout's code, not whatever an editable install points at.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([str(lint), "--no-cache", "--config", str(ROOT / ".importlinter")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "2 kept, 0 broken" in run.stdout

@@ -1,3 +1,0 @@
-from vidlora.cli import main
-
-main()
