@@ -106,14 +106,15 @@ verify_video() {
 # two lanes side by side on the one GPU (tiny model | 27B layer shapes, dummy weights). The KV
 # cache is sized by hand so neither engine's memory profile sees the other's allocations.
 FIELD_FRAMES=${FIELD_FRAMES:-$REPO/var/field-frames}
-cell() {  # lane label model patch(on/off) eager(0/1) pdl(0/1) extra-llm-kwargs adapters...
-  local lane=$1 label=$2 model=$3 patch=$4 eager=$5 pdl=$6 kw=$7; shift 7
+cell() {  # lane label model patch(on/off) eager(0/1) pdl(0/1|nopdl: dual stream, PDL disabled) llm-kwargs adapters...
+  local lane=$1 label=$2 model=$3 patch=$4 eager=$5 pdl=$6 kw=$7 nopdl=0; shift 7
+  [ "$pdl" = nopdl ] && { pdl=1; nopdl=1; }
   local args=() a; for a in "$@"; do args+=(--adapter "$a"); done
   [ "$eager" = 1 ] && args+=(--eager)
   [ -f $RES/field_$label.json ] && return  # done earlier on this (still warm) machine
   [ $(left) -lt 60 ] && { log "skip $label (time)"; return; }
   log "cell $label"
-  VLLM_LORA_ENABLE_DUAL_STREAM=$pdl timeout $(( $(left) - 5 )) python3 -m bench.gpu.field_repro --model "$model" \
+  VLLM_LORA_ENABLE_DUAL_STREAM=$pdl VLLM_LORA_DISABLE_PDL=$nopdl timeout $(( $(left) - 5 )) python3 -m bench.gpu.field_repro --model "$model" \
     --frames "$FIELD_FRAMES" --json $RES/field_$label.json --label $label --patch $patch --work $SCRATCH/field_$label \
     --llm-kwargs "$kw" "${args[@]}" > $RES/field_$label.log 2>&1
   log "cell $label rc=$? $(grep '^\[field' $RES/field_$label.log | tail -1 | cut -c1-200)"
@@ -128,6 +129,9 @@ field_tiny() {
   cell tiny tiny_off_eager_pdl $M off 1 1 "$KW" "${AD[@]}"
   cell tiny tiny_on_graphs $M on 0 0 "$KW" "${AD[@]}"
   cell tiny tiny_on_graphs_pdl $M on 0 1 "$KW" "${AD[@]}"
+  cell tiny tiny_on_eager_pdl $M on 1 1 "$KW" "${AD[@]}"
+  cell tiny tiny_off_eager_dualstream_nopdl $M off 1 nopdl "$KW" "${AD[@]}"
+  cell tiny tiny_off_eager_pdl_r2 $M off 1 1 "$KW" "${AD[@]}"
 }
 field_27b() {  # LAYERS: 16 keeps every layer's shapes (and 3 GDN : 1 attention) at a quarter of the start-up cost
   local L=${FIELD_LAYERS:-16} D=$SCRATCH/vl27_${FIELD_LAYERS:-16}
