@@ -337,7 +337,7 @@ def test_gpu_workers_reserve_one_gpu_each_and_run_solo(model):
     assert sorted(seen_ids) == sorted(set(seen_ids)) == ["0", "1"]
     assert len(set(seen_names)) == len(seen_names)
     # `vidlora worker gpu` is where the pool is chosen; keep the two in step.
-    gpu_worker_src = (ROOT / "workers" / "gpu_worker.py").read_text()
+    gpu_worker_src = (ROOT / "tasks" / "gpu_worker.py").read_text()
     assert "--pool=solo" in gpu_worker_src and "--concurrency=1" in gpu_worker_src
 
 
