@@ -23,7 +23,7 @@ from tests.support.workers import wait_for
 from tests.system.faults.conftest import Stack, record
 from tests.support.fault_media import long_gop_clip, tiny_clips, write_tar, write_zip
 
-pytestmark = [pytest.mark.faults, pytest.mark.engine]
+pytestmark = [pytest.mark.faults, pytest.mark.engine, pytest.mark.timeout(2400)]  # PATIENCE x the bounds
 
 CLIPS = 836  # partitioned between the tests below so no test re-uses another's content
 
