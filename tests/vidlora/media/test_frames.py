@@ -67,10 +67,12 @@ def test_each_backend_is_exact_on_h264_and_vfr(good, tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", ["pyav", "ffmpeg"])
-def test_vp9_and_av1_with_pyav_and_ffmpeg(good, tmp_path, backend):
-    for name in ("vp9_webm", "av1_mkv"):
-        if name in good:
-            check(good[name], UNIFORM8, tmp_path / name / "f", backends=[backend], name=name)
+@pytest.mark.parametrize("name", ["vp9_webm", "av1_mkv"])
+def test_vp9_and_av1_with_pyav_and_ffmpeg(good, tmp_path, backend, name):
+    if name == "av1_mkv" and name not in good:  # the corpus makes it only where ffmpeg can encode AV1
+        pytest.skip("this ffmpeg has no AV1 encoder (libsvtav1 / libaom-av1): no AV1 clip to decode")
+    res = check(good[name], UNIFORM8, tmp_path / name / "f", backends=[backend], name=name)
+    assert res.backend == backend
 
 
 def test_vfr_uses_real_pts_not_average_rate(good, tmp_path):
