@@ -51,8 +51,6 @@ from .env import versions
 log = logging.getLogger("engine_patch.guard")
 
 DEFAULT_QUARANTINE_AFTER = 2  # ladders that failed for one adapter before it is quarantined
-CANARY_PROMPT = "Describe the picture in one sentence."
-CANARY_TOKENS = 8
 
 
 class EngineReplaceRequired(RuntimeError):
@@ -162,32 +160,6 @@ def health_of(request_output: Any) -> Health:
     if c.logprobs:
         lps = [d[t].logprob if t in d else float("nan") for t, d in zip(c.token_ids, c.logprobs)]
     return check_output(list(c.token_ids), lps, c.text, cumulative_logprob=c.cumulative_logprob)
-
-
-# -- canary -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CanaryResult:
-    """Same shape as engine_patch.selfcheck's: what the host records and the guard reads."""
-    ok: bool
-    detail: str
-    tokens: list[int] = field(default_factory=list)
-
-
-def canary(llm: Any, lora_request: Any | None, *, prompt: str = CANARY_PROMPT,
-           max_tokens: int = CANARY_TOKENS) -> CanaryResult:
-    """A few greedy tokens of a fixed prompt through ``llm``, judged by `check_output`.
-
-    The engine must be idle (the host runs it between batches, under its lock).
-    """
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1)
-    out = llm.generate([prompt], params, lora_request=lora_request, use_tqdm=False)[0]
-    h = health_of(out)
-    tokens = list(out.outputs[0].token_ids)
-    return CanaryResult(h.ok, f"{len(tokens)} tokens ok" if h.ok else str(h.reason), tokens)
 
 
 # -- the guard --------------------------------------------------------------------------------

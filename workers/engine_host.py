@@ -44,20 +44,19 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import importlib
-import importlib.util
 import logging
 import os
 import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine_patch.env import versions
+from engine_patch.probes import canary, check_adapters
 from engine_patch.registration import Registration, registry_for
 from engine_patch.guard import (
     DEFAULT_QUARANTINE_AFTER,
@@ -108,8 +107,6 @@ class EngineHost:
         self._deadline: float | None = None  # absolute (perf_counter) end of the current batch
         self._budget_s: float | None = None  # that batch's budget, for messages
         self.rebuilds = 0
-        # The canary: engine_patch.selfcheck's when that module exists, else the guard's own.
-        self._canary_impl: Callable[[Any, Any], Any] = _resolve_canary()
         self.guard = Guard(self, quarantine_after=int(getattr(
             settings, "guard_quarantine_after", DEFAULT_QUARANTINE_AFTER)))
 
@@ -210,15 +207,13 @@ class EngineHost:
         cached = self._device_verdicts.get(reg.digest)
         if cached is not None:
             return replace(cached, name=reg.name, source=reg.source)
-        from engine_patch.selfcheck import check_adapters
-
         lora = self._lora_for(reg)
         try:
             # vLLM's own load, outside any batch: its errors are the adapter's, not a step's.
             self.llm.llm_engine.add_lora(lora)
             self._touch_adapters([lora.lora_int_id])
             [change] = check_adapters(self.llm, [lora])
-            canary = self._canary_impl(self.llm, lora) if change.ok else None
+            sane = canary(self.llm, lora) if change.ok else None
         except Exception as exc:  # noqa: BLE001 - whatever vLLM raises refuses this adapter only
             log.warning("adapter %s: device check raised", reg.name, exc_info=True)
             verdict = reg.refuse(f"vLLM could not serve it: {type(exc).__name__}: {exc}"[:600], "device")
@@ -227,10 +222,10 @@ class EngineHost:
                       "tokens_differ": change.tokens_differ}
             if not change.ok:
                 verdict = reg.refuse(f"{change.detail} vs the base model on this engine", "device", **checks)
-            elif not canary.ok:
-                verdict = reg.refuse(f"canary with the adapter: {canary.detail}", "device", **checks)
+            elif not sane.ok:
+                verdict = reg.refuse(f"canary with the adapter: {sane.detail}", "device", **checks)
             else:
-                verdict = replace(reg, stage="device", checks={**checks, "canary_tokens": list(canary.tokens)[:8]})
+                verdict = replace(reg, stage="device", checks={**checks, "canary_tokens": list(sane.tokens)[:8]})
         finally:
             self._sync_mirror()
         if not verdict.ok:
@@ -450,13 +445,11 @@ class EngineHost:
                 raise RuntimeError("no engine to run the canary on")
             lora = self._current_lora(adapter)
             t0 = time.perf_counter()
-            result = self._canary_impl(self.llm, lora)
+            result = canary(self.llm, lora)
             if lora is not None:
                 self._touch_adapters([lora.lora_int_id])
             self._sync_mirror()
-            ok = bool(result.ok)
-            detail = str(getattr(result, "detail", "") or "")
-            tokens = [int(t) for t in (getattr(result, "tokens", None) or [])][:16]
+            ok, detail, tokens = result.ok, result.detail, [int(t) for t in result.tokens][:16]
             self.record_canary({"ok": ok, "detail": detail, "adapter": adapter, "step": step,
                                 "tokens": tokens, "latency_s": round(time.perf_counter() - t0, 3),
                                 "versions": versions()})
@@ -668,20 +661,6 @@ def _finish(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict) 
         health["reason"] = out.error
     error = out.error or (None if verdict.ok else f"degenerate output: {verdict.reason}")
     return replace(out, error=error, health=health)
-
-
-def _resolve_canary() -> Callable[[Any, Any], Any]:
-    """engine_patch.selfcheck.canary(llm, lora_request) when that module exists (an import
-    error inside it is raised, not hidden), else engine_patch.guard.canary: same signature,
-    both return an object with ``ok``, ``detail`` and ``tokens``."""
-    name = "engine_patch.selfcheck"
-    if importlib.util.find_spec(name) is not None:
-        module = importlib.import_module(name)
-        if hasattr(module, "canary"):
-            return module.canary
-    from engine_patch.guard import canary
-
-    return canary
 
 
 def _shutdown(llm: Any) -> None:

@@ -91,11 +91,10 @@ def registration_token_ids(base: Path) -> set[int]:
     fault must not fire there, or registration (rightly) refuses the adapter up front."""
     from transformers import AutoTokenizer
 
-    from engine_patch.guard import CANARY_PROMPT as GUARD_CANARY
-    from engine_patch.selfcheck import ADAPTER_PROMPTS, CANARY_PROMPT
+    from engine_patch.probes import ADAPTER_PROMPTS, CANARY_PROMPT
 
     tok = AutoTokenizer.from_pretrained(str(base))
-    return {t for p in (*ADAPTER_PROMPTS, CANARY_PROMPT, GUARD_CANARY)
+    return {t for p in (*ADAPTER_PROMPTS, CANARY_PROMPT)
             for t in tok(p, add_special_tokens=False)["input_ids"]}
 
 

@@ -70,7 +70,6 @@ def test_split_qkv_merged_block_diagonal(model, full, tmp_path):
                 for leaf in ("q", "k", "v"):
                     out[k.replace("in_proj_qkv", f"in_proj_{leaf}")] = v.clone()
             elif "in_proj_qkv.lora_B" in k:
-                q = (v.shape[0] // 4)  # tiny model: key_dim*2 + value_dim*... compute from base below
                 out.update(_split_b(k, v))
             else:
                 out[k] = v

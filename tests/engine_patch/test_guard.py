@@ -12,7 +12,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from engine_patch.guard import Guard, Health, canary, check_output
+from engine_patch.guard import Guard, Health, check_output
 
 
 @pytest.mark.parametrize("tokens,lps,text,ok", [
@@ -358,22 +358,3 @@ def test_a_sticky_cuda_error_replaces_the_process_without_trying_in_place(error)
     assert runs(engine) == [["a", "b"]]
     assert not any(kind in ("canary", "rebuild_engine", "reset_prefix_cache") for kind, *_ in engine.log)
     assert is_context_lost(RuntimeError(error)) and not is_context_lost(RuntimeError("CUDA out of memory"))
-
-
-def test_default_canary_judges_a_few_greedy_tokens():
-    class LLM:
-        def __init__(self, tokens, lp):
-            self.tokens, self.lp, self.calls = tokens, lp, []
-
-        def generate(self, prompts, params, lora_request=None, use_tqdm=False):
-            self.calls.append((prompts, params.max_tokens, params.temperature, lora_request))
-            lps = [{t: NS(logprob=self.lp)} for t in self.tokens]
-            return [NS(outputs=[NS(token_ids=self.tokens, logprobs=lps, text="x",
-                                   cumulative_logprob=self.lp * len(self.tokens))])]
-
-    good = LLM([5, 6, 7, 8], -0.5)
-    result = canary(good, "lora")
-    assert result.ok and result.tokens == [5, 6, 7, 8]
-    assert good.calls[0][1:] == (8, 0.0, "lora")
-    bad = canary(LLM([0] * 8, float("nan")), None)
-    assert not bad.ok and bad.detail.startswith("non-finite logprobs")
