@@ -12,20 +12,19 @@ import json
 import logging
 from pathlib import Path
 
-from sqlalchemy import select
-
+from celery import shared_task
 from celery.exceptions import WorkerShutdown
+from sqlalchemy import select
 
 from tasks import messages
 from tasks.base import TRANSIENT_ERRORS, VidloraTask
-from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.models import Analysis, Result, utcnow
 from vidlora.scenarios import Generation, record_registrations
-from workers import runtime
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest
+from workers import runtime
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ def _release(requests: list[AnalysisRequest], reason: str) -> None:
                 analysis.status, analysis.reason, analysis.ready_at = "ready", reason, utcnow()
 
 
-@app.task(base=VidloraTask, bind=True, name=messages.ANALYZE_BATCH)
+@shared_task(base=VidloraTask, bind=True, name=messages.ANALYZE_BATCH)
 def analyze_batch(self: VidloraTask, analysis_ids: list[int]) -> int:
     # Here, not at module level: CPU-image processes load this module and have no engine_patch.
     from engine_patch.guard import EngineReplaceRequired

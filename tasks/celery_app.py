@@ -7,11 +7,15 @@ Two queues with different process models:
   GPU worker also consumes its own ``gpu.<worker>`` queue so the dispatcher can send a batch
   to a worker that already holds the adapter.
 
+The app is built by ``get_app()`` (a factory, as in Flask's Celery pattern), never at import.
+
 Delivery is at-least-once (acks late, requeue on worker loss); the database makes it
 effectively-once (unique keys, idempotent writes, an attempt cap kept in PostgreSQL).
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from celery import Celery
 from kombu import Queue
@@ -75,7 +79,25 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-app = make_celery(get_settings())
+@cache
+def get_app() -> Celery:
+    """This process's Celery app, built from the settings on first use, not at import.
+
+    Task modules declare their tasks with ``shared_task``, which binds to the default app, so
+    importing a task module (or the message names) builds nothing and connects nowhere; the
+    composition root (``vidlora worker``, the web app, the CLI) is what first asks for it.
+    """
+    app = make_celery(get_settings())
+    app.set_default()
+    return app
+
+
+def __getattr__(name: str):
+    # `celery -A tasks.celery_app:app ...` (compose's beat, operators' inspect/purge) asks for
+    # an `app` attribute: build it then, not at import.
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_worker(argv: list[str]) -> int:
@@ -89,7 +111,7 @@ def run_worker(argv: list[str]) -> int:
 
     if "worker" not in argv:
         raise ValueError("argv must hold the worker sub-command")
-    celery_command.params[0].default = app  # what app.start() does to run a command for this app
+    celery_command.params[0].default = get_app()  # what app.start() does to run a command for this app
     try:
         code = celery_command.main(args=argv, standalone_mode=False)
     finally:

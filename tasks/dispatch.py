@@ -12,11 +12,12 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timezone
 
+from celery import shared_task
 from sqlalchemy import func, select
 
 from tasks import messages
 from tasks.base import VidloraTask
-from tasks.celery_app import GPU_QUEUE, app
+from tasks.celery_app import GPU_QUEUE
 from vidlora.config import get_settings
 from vidlora.db import is_postgres, session_scope
 from vidlora.heartbeats import alive_since
@@ -63,7 +64,7 @@ def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
-@app.task(base=VidloraTask, bind=True, name=messages.DISPATCH_READY)
+@shared_task(base=VidloraTask, bind=True, name=messages.DISPATCH_READY)
 def dispatch_ready(self: VidloraTask) -> int:
     settings = get_settings()
     now = datetime.now(timezone.utc)

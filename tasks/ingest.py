@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from celery import shared_task
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from tasks import messages
 from tasks.base import VidloraTask
-from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.batches import record_member
 from vidlora.config import get_settings
@@ -60,7 +60,7 @@ def _outcomes(upload: Upload, path: Path, store: MediaStore):
     yield MemberOutcome(upload.name, "stored", None, stored)
 
 
-@app.task(base=VidloraTask, bind=True, name=messages.INGEST_UPLOAD)
+@shared_task(base=VidloraTask, bind=True, name=messages.INGEST_UPLOAD)
 def ingest_upload(self: VidloraTask, upload_id: int) -> dict[str, int]:
     with try_lock(f"ingest:{upload_id}") as mine:
         if not mine:  # another live worker is ingesting this upload

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tasks.celery_app import app
+from tasks.celery_app import get_app
 
 INGEST_UPLOAD = "tasks.ingest.ingest_upload"
 PREPARE_VIDEO = "tasks.prepare.prepare_video"
@@ -20,18 +20,18 @@ RECONCILE = "tasks.reconcile.reconcile"
 
 def ingest_uploads(upload_ids: Iterable[int]) -> None:
     for upload_id in upload_ids:
-        app.send_task(INGEST_UPLOAD, (int(upload_id),))
+        get_app().send_task(INGEST_UPLOAD, (int(upload_id),))
 
 
 def prepare_videos(video_ids: Iterable[int]) -> None:
     for video_id in video_ids:
-        app.send_task(PREPARE_VIDEO, (int(video_id),))
+        get_app().send_task(PREPARE_VIDEO, (int(video_id),))
 
 
 def dispatch_ready(countdown: float | None = None) -> None:
-    app.send_task(DISPATCH_READY, countdown=countdown)
+    get_app().send_task(DISPATCH_READY, countdown=countdown)
 
 
 def analyze_batch(analysis_ids: list[int], queue: str) -> None:
     """One engine batch to a GPU queue (``gpu`` or a worker's own ``gpu.<name>``)."""
-    app.send_task(ANALYZE_BATCH, ([int(i) for i in analysis_ids],), queue=queue)
+    get_app().send_task(ANALYZE_BATCH, ([int(i) for i in analysis_ids],), queue=queue)

@@ -11,11 +11,11 @@ import logging
 import shutil
 from pathlib import Path
 
+from celery import shared_task
 from sqlalchemy import select
 
 from tasks import messages
 from tasks.base import VidloraTask
-from tasks.celery_app import app
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
@@ -158,7 +158,7 @@ def _has_work(video_id: int) -> bool:
         ) is not None
 
 
-@app.task(base=VidloraTask, bind=True, name=messages.PREPARE_VIDEO)
+@shared_task(base=VidloraTask, bind=True, name=messages.PREPARE_VIDEO)
 def prepare_video(self: VidloraTask, video_id: int) -> int:
     with try_lock(f"prepare:{video_id}") as mine:
         # A duplicate message while another live worker prepares this video, or one for a

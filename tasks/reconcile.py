@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from celery import shared_task
 from sqlalchemy import or_, select, update
 
 from tasks import messages
 from tasks.base import VidloraTask
-from tasks.celery_app import app
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.heartbeats import alive_since
@@ -59,10 +59,10 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
 
 def cpu_backlog() -> int | None:
     """Messages waiting in the cpu queue, or None if the broker cannot say."""
-    from tasks.celery_app import CPU_QUEUE
+    from tasks.celery_app import CPU_QUEUE, get_app
 
     try:
-        with app.connection_for_write() as conn:
+        with get_app().connection_for_write() as conn:
             return int(conn.default_channel.queue_declare(CPU_QUEUE, passive=True).message_count)
     except Exception:  # the broker is down or cannot count: behave as if nothing is waiting
         log.debug("cannot read the cpu queue length", exc_info=True)
@@ -88,7 +88,7 @@ def claim_orphans(session, stale_s: float, heartbeat_s: float, resend_inputs: bo
     return orphans
 
 
-@app.task(base=VidloraTask, bind=True, name=messages.RECONCILE)
+@shared_task(base=VidloraTask, bind=True, name=messages.RECONCILE)
 def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]:
     settings = get_settings()
     backlog = cpu_backlog()

@@ -23,7 +23,7 @@ from tests.support.workers import wait_for
 from tests.system.faults.conftest import Stack, record
 from tests.support.fault_media import long_gop_clip, tiny_clips, write_tar, write_zip
 
-pytestmark = [pytest.mark.faults, pytest.mark.engine, pytest.mark.timeout(2400)]  # PATIENCE x the bounds
+pytestmark = [pytest.mark.faults, pytest.mark.engine, pytest.mark.timeout(3000)]  # above HARD_FACTOR x the bounds
 
 CLIPS = 836  # partitioned between the tests below so no test re-uses another's content
 
@@ -40,16 +40,37 @@ def finished(stack: Stack, batch_ids: list[int]):
     return report if c["lost_videos"] == 0 and c["stuck_analyses"] == 0 and c["stuck_videos"] == 0 else None
 
 
-# The bounds below are liveness bounds, not speed targets: each fits a normal run on 2 cores
-# with about 2x room. On 2026-12-02 the same machine ran every fault 2-3x slower than the day
-# before (soak: past 600 s), so they are stretched by this factor. A batch that is really stuck
-# still fails, and the audit in the message names what is stuck.
-PATIENCE = 2.0
+# Liveness, not speed. A batch fails when nothing about it has moved for its ``stall_s`` (the
+# bound each test passes: it fits a normal run on 2 cores with about 2x room, and covers the
+# longest legitimate quiet spell - an engine restart, a reconciler round); it also fails past
+# HARD_FACTOR x that bound in all. A machine that is slow but keeps finishing work passes:
+# CI machines ran every fault 2-4x slower than the workstation on some days (the soak went
+# from 285 s to past 1,200 s, finishing work all along), and a total deadline failed them.
+HARD_FACTOR = 4.0
 
 
-def wait_finished(stack: Stack, batch_ids: list[int], timeout: float, what: str):
-    return wait_for(lambda: finished(stack, batch_ids), timeout * PATIENCE, 1.0, what,
-                    diagnose=lambda: f"{stack.audit(batch_ids)}\n{stack.describe()}")
+def progress(stack: Stack, batch_ids: list[int]) -> tuple:
+    """What is still open for the batches; any change in it is progress."""
+    r = stack.audit(batch_ids)
+    return tuple(r.lost_videos), tuple(r.stuck_analyses), tuple(r.stuck_videos)
+
+
+def wait_finished(stack: Stack, batch_ids: list[int], stall_s: float, what: str):
+    t0 = last_change = time.monotonic()
+    seen = None
+    while True:
+        report = finished(stack, batch_ids)
+        if report:
+            return report
+        now, state = time.monotonic(), progress(stack, batch_ids)
+        if state != seen:
+            seen, last_change = state, now
+        quiet, total = now - last_change, now - t0
+        if quiet > stall_s or total > stall_s * HARD_FACTOR:
+            why = (f"nothing moved for {quiet:.0f}s" if quiet > stall_s
+                   else f"still moving but past {stall_s * HARD_FACTOR:.0f}s in all")
+            raise AssertionError(f"{what}: {why}\n{stack.audit(batch_ids)}\n{stack.describe()}")
+        time.sleep(1.0)
 
 
 def analyses(stack: Stack, batch_id: int):

@@ -52,11 +52,11 @@ def no_gpu_work_left_behind(database, broker):
     yield
     from sqlalchemy import update
 
-    from tasks.celery_app import app
+    from tasks.celery_app import get_app
     from vidlora.db import session_scope
     from vidlora.models import Analysis
 
-    app.control.purge()
+    get_app().control.purge()
     with session_scope() as session:
         session.execute(
             update(Analysis).where(Analysis.status.in_(("ready", "queued")))
