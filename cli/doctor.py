@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vidlora.config import PROJECT_ROOT, Settings
+from vidlora.lifecycle import AdapterStatus, WorkerStatus
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
     checks: list[Check] = []
     try:
         with session_scope() as session:
-            workers = session.scalars(select(Worker).where(Worker.status != "stopped")).all()
+            workers = session.scalars(select(Worker).where(Worker.status != WorkerStatus.STOPPED)).all()
             scenarios = session.scalars(select(Scenario).where(Scenario.active)).all()
             cutoff = alive_since(utcnow(), settings.heartbeat_s)
             live = [w for w in workers if w.heartbeat_at.replace(tzinfo=cutoff.tzinfo) >= cutoff]
@@ -107,7 +108,7 @@ def _adapter_check(scenario, settings: Settings) -> Check:
     if not scenario.adapter_path:
         return Check(name, True, "base model only")
     fix = f"fix or replace the adapter at {scenario.adapter_path} (see the reason), then restart the GPU workers"
-    if scenario.adapter_status == "refused":
+    if scenario.adapter_status == AdapterStatus.REFUSED:
         return Check(name, False, f"refused by the GPU workers: {scenario.adapter_reason}"[:400], fix)
     if Path(settings.model).is_dir() and importlib.util.find_spec("engine_patch") is not None:
         from engine_patch.registration import registry_for
@@ -117,7 +118,7 @@ def _adapter_check(scenario, settings: Settings) -> Check:
             return Check(name, False, f"refused: {reg.reason}"[:400], fix)
         return Check(name, True, f"{scenario.adapter_status} on the GPU workers; normalised digest {reg.digest}, "
                                  f"rank {reg.rank}, {len(reg.modules)} modules")
-    return Check(name, scenario.adapter_status != "refused",
+    return Check(name, scenario.adapter_status != AdapterStatus.REFUSED,
                  f"{scenario.adapter_status} on the GPU workers (model not visible here)")
 
 

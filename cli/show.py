@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from vidlora.lifecycle import AnalysisStatus
 
 
 def wait_and_show(batch_id: int, timeout: float) -> int:
@@ -29,7 +30,7 @@ def print_batch(view) -> None:
             click.echo(f"      reason: {video.reason}")
         for analysis in video.analyses:
             line = f"      {analysis.scenario:<28} {analysis.status}"
-            if analysis.reason and analysis.status != "done":
+            if analysis.reason and analysis.status != AnalysisStatus.DONE:
                 line += f"  ({analysis.reason})"
             click.echo(line)
     for name, reason in view.rejected:

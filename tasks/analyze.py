@@ -21,6 +21,7 @@ from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AnalysisStatus
 from vidlora.models import Analysis, Result, utcnow
 from vidlora.scenarios import Generation, record_registrations
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest
@@ -40,12 +41,12 @@ def _claim(task: VidloraTask, analysis_ids: list[int], worker_name: str) -> list
         rows = session.scalars(select(Analysis).where(Analysis.id.in_(analysis_ids)).order_by(Analysis.id))
         for analysis in rows:
             # Anything else was finished by an earlier delivery or re-queued by the reconciler.
-            if analysis.status not in ("queued", "running"):
+            if analysis.status not in IN_FLIGHT_ANALYSIS:
                 continue
             if not begin_attempt(analysis, settings.max_attempts, counts=task.is_first_delivery):
                 analysis.finished_at = utcnow()
                 continue
-            analysis.status, analysis.started_at, analysis.worker = "running", utcnow(), worker_name
+            analysis.status, analysis.started_at, analysis.worker = AnalysisStatus.RUNNING, utcnow(), worker_name
             requests.append(build_request(analysis.id, analysis.scenario, analysis.frame_set, settings.media_root))
     return requests
 
@@ -90,13 +91,13 @@ def storable_text(text: str) -> str:
 def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
     with session_scope() as session:
         analysis = session.get(Analysis, int(output.request_key))
-        if analysis is None or analysis.status != "running":
+        if analysis is None or analysis.status != AnalysisStatus.RUNNING:
             return
         analysis.finished_at = utcnow()
         analysis.engine = identity
         analysis.adapter_version = analysis.scenario.adapter_version
         if output.error:
-            analysis.status, analysis.reason = "failed", output.error
+            analysis.status, analysis.reason = AnalysisStatus.FAILED, output.error
             return
         if session.scalar(select(Result.id).where(Result.analysis_id == analysis.id)) is None:
             parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)
@@ -113,14 +114,14 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
                 adapter_version=analysis.scenario.adapter_version,
             ))
-        analysis.status, analysis.reason = "done", None
+        analysis.status, analysis.reason = AnalysisStatus.DONE, None
 
 
 def _fail(analysis_id: int, reason: str) -> None:
     with session_scope() as session:
         analysis = session.get(Analysis, analysis_id)
-        if analysis is not None and analysis.status == "running":
-            analysis.status, analysis.reason, analysis.finished_at = "failed", reason, utcnow()
+        if analysis is not None and analysis.status == AnalysisStatus.RUNNING:
+            analysis.status, analysis.reason, analysis.finished_at = AnalysisStatus.FAILED, reason, utcnow()
 
 
 def _release(requests: list[AnalysisRequest], reason: str) -> None:
@@ -130,12 +131,12 @@ def _release(requests: list[AnalysisRequest], reason: str) -> None:
     with session_scope() as session:
         for req in requests:
             analysis = session.get(Analysis, int(req.request_key))
-            if analysis is None or analysis.status != "running":
+            if analysis is None or analysis.status != AnalysisStatus.RUNNING:
                 continue
             if analysis.attempts >= settings.max_attempts:
-                analysis.status, analysis.reason, analysis.finished_at = "failed", reason, utcnow()
+                analysis.status, analysis.reason, analysis.finished_at = AnalysisStatus.FAILED, reason, utcnow()
             else:
-                analysis.status, analysis.reason, analysis.ready_at = "ready", reason, utcnow()
+                analysis.status, analysis.reason, analysis.ready_at = AnalysisStatus.READY, reason, utcnow()
 
 
 @shared_task(base=VidloraTask, bind=True, name=messages.ANALYZE_BATCH)

@@ -21,6 +21,7 @@ from tasks.celery_app import GPU_QUEUE
 from vidlora.config import get_settings
 from vidlora.db import is_postgres, session_scope
 from vidlora.heartbeats import alive_since
+from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AdapterStatus, AnalysisStatus, WorkerStatus
 from vidlora.models import Analysis, FrameSet, Scenario, Worker
 from vidlora.scenarios import Generation
 from workers.dispatcher import ReadyAnalysis, WorkerView, choose_worker, group_by_adapter, should_send
@@ -34,14 +35,14 @@ def live_workers(session, now: datetime) -> list[WorkerView]:
     in_flight = dict(
         session.execute(
             select(Analysis.worker, func.count())
-            .where(Analysis.status.in_(("queued", "running")), Analysis.worker.is_not(None))
+            .where(Analysis.status.in_(IN_FLIGHT_ANALYSIS), Analysis.worker.is_not(None))
             .group_by(Analysis.worker)
         ).all()
     )
     return [
         WorkerView(w.name, w.queue, tuple(w.adapters_resident or ()), in_flight.get(w.name, 0))
         for w in session.scalars(
-            select(Worker).where(Worker.status == "ready", Worker.heartbeat_at >= cutoff)
+            select(Worker).where(Worker.status == WorkerStatus.READY, Worker.heartbeat_at >= cutoff)
         )
     ]
 
@@ -50,12 +51,12 @@ def _fail_refused(session, now: datetime) -> int:
     """Ready analyses of a scenario whose adapter the GPU workers refused fail at once with
     the refusal (module and why): no GPU time, no engine step, and the reason is theirs."""
     query = (select(Analysis, Scenario.adapter_reason).join(Scenario, Scenario.id == Analysis.scenario_id)
-             .where(Analysis.status == "ready", Scenario.adapter_status == "refused"))
+             .where(Analysis.status == AnalysisStatus.READY, Scenario.adapter_status == AdapterStatus.REFUSED))
     if is_postgres():
         query = query.with_for_update(of=Analysis, skip_locked=True)
     rows = session.execute(query).all()
     for analysis, reason in rows:
-        analysis.status, analysis.finished_at = "failed", now
+        analysis.status, analysis.finished_at = AnalysisStatus.FAILED, now
         analysis.reason = f"adapter refused: {reason}"[:2000]
     return len(rows)
 
@@ -76,7 +77,7 @@ def dispatch_ready(self: VidloraTask) -> int:
             select(Analysis, Scenario.name, Scenario.generation, FrameSet)
             .join(Scenario, Scenario.id == Analysis.scenario_id)
             .join(FrameSet, FrameSet.id == Analysis.frame_set_id)
-            .where(Analysis.status == "ready", Scenario.adapter_status != "refused")
+            .where(Analysis.status == AnalysisStatus.READY, Scenario.adapter_status != AdapterStatus.REFUSED)
             .order_by(Analysis.id)
         )
         if is_postgres():
@@ -95,7 +96,7 @@ def dispatch_ready(self: VidloraTask) -> int:
         more_coming = set(
             session.scalars(
                 select(Scenario.name).join(Analysis, Analysis.scenario_id == Scenario.id)
-                .where(Analysis.status == "pending").distinct()
+                .where(Analysis.status == AnalysisStatus.PENDING).distinct()
             )
         )
         workers = live_workers(session, now)
@@ -118,7 +119,7 @@ def dispatch_ready(self: VidloraTask) -> int:
                     ]
                 for item in batch:
                     analysis = by_id[item.id]
-                    analysis.status, analysis.queued_at = "queued", now
+                    analysis.status, analysis.queued_at = AnalysisStatus.QUEUED, now
                     analysis.worker = worker.name if worker else None
                 sends.append((queue, [item.id for item in batch]))
     for queue, ids in sends:

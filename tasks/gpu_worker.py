@@ -11,6 +11,7 @@ import logging
 
 from tasks.celery_app import GPU_QUEUE, run_worker, worker_queue
 from vidlora.config import get_settings
+from vidlora.lifecycle import WorkerStatus
 from workers import registry, runtime
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def run(loglevel: str = "INFO") -> int:
         sync_from_settings(session, settings)
         adapters = dict(session.execute(select(Scenario.name, Scenario.adapter_path).where(
             Scenario.active, Scenario.adapter_path.is_not(None))).all())
-    registry.upsert(name, queue, status="starting")
+    registry.upsert(name, queue, status=WorkerStatus.STARTING)
     host = EngineHost(settings)
     host.start()
     # Every scenario's adapter through the one registration path, on this device, before
@@ -45,7 +46,7 @@ def run(loglevel: str = "INFO") -> int:
     def snapshot() -> dict:
         identity = host.identity()
         return {
-            "status": "ready",
+            "status": WorkerStatus.READY,
             "device": identity.get("device"),
             "versions": identity.get("versions", {}),
             "adapters_resident": host.resident_adapters(),

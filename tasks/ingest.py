@@ -22,6 +22,7 @@ from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.archive import MemberOutcome, ingest_archive, is_archive
 from vidlora.ingest.store import MediaStore, StoreError
+from vidlora.lifecycle import BatchStatus, ItemStatus, UploadStatus, VideoStatus
 from vidlora.locks import try_lock
 from vidlora.models import Batch, BatchItem, Upload, Video
 
@@ -50,14 +51,14 @@ def _outcomes(upload: Upload, path: Path, store: MediaStore):
         yield from ingest_archive(path, store, settings)
         return
     if path.suffix.lower() not in settings.video_extensions:
-        yield MemberOutcome(upload.name, "rejected", f"not a video file type ({path.suffix or 'no extension'})", None)
+        yield MemberOutcome(upload.name, ItemStatus.REJECTED, f"not a video file type ({path.suffix or 'no extension'})", None)
         return
     try:
         stored = store.put_file(path, settings.max_video_bytes)
     except StoreError as exc:
-        yield MemberOutcome(upload.name, "rejected", str(exc), None)
+        yield MemberOutcome(upload.name, ItemStatus.REJECTED, str(exc), None)
         return
-    yield MemberOutcome(upload.name, "stored", None, stored)
+    yield MemberOutcome(upload.name, ItemStatus.STORED, None, stored)
 
 
 @shared_task(base=VidloraTask, bind=True, name=messages.INGEST_UPLOAD)
@@ -74,7 +75,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
     store = MediaStore(settings.media_root)
     with session_scope() as session:
         upload = session.get(Upload, upload_id)
-        if upload is None or upload.status != "pending":
+        if upload is None or upload.status != UploadStatus.PENDING:
             return {"skipped": 1}
         if not begin_attempt(upload, settings.max_attempts, counts=task.is_first_delivery):
             _finish_batch_if_done(session, upload.batch_id)
@@ -83,7 +84,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
         redelivered = upload.attempts > 1
     path = settings.media_root / rel
     to_prepare: list[int] = []
-    counts = {"stored": 0, "rejected": 0, "skipped": 0}
+    counts = {s.value: 0 for s in ItemStatus}
     try:
         for outcome in _outcomes(upload, path, store):
             video_id, needs_prepare = _record(batch_id, outcome, settings.media_root)
@@ -96,7 +97,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
         log.error("ingest of upload %s stopped: %s", upload_id, exc)
         with session_scope() as session:
             upload = session.get(Upload, upload_id)
-            upload.status, upload.reason = "failed", f"media store error: {exc}"
+            upload.status, upload.reason = UploadStatus.FAILED, f"media store error: {exc}"
             _finish_batch_if_done(session, batch_id)
         _send_prepare(to_prepare)
         return counts
@@ -105,11 +106,11 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
             # Videos recorded by the killed delivery may never have had their prepare sent.
             earlier = session.scalars(
                 select(Video.id).join(BatchItem, BatchItem.video_id == Video.id)
-                .where(BatchItem.batch_id == batch_id, Video.status == "registered")
+                .where(BatchItem.batch_id == batch_id, Video.status == VideoStatus.REGISTERED)
             )
             to_prepare = list(dict.fromkeys([*to_prepare, *earlier]))
         upload = session.get(Upload, upload_id)
-        upload.status = "done"
+        upload.status = UploadStatus.DONE
         _finish_batch_if_done(session, batch_id)
     _send_prepare(to_prepare)
     path.unlink(missing_ok=True)
@@ -124,12 +125,12 @@ def _send_prepare(video_ids: list[int]) -> None:
 def _finish_batch_if_done(session, batch_id: int) -> None:
     batch = session.get(Batch, batch_id)
     statuses = {u.status for u in batch.uploads}
-    if "pending" in statuses:
+    if UploadStatus.PENDING in statuses:
         return
-    failed = [u for u in batch.uploads if u.status == "failed"]
+    failed = [u for u in batch.uploads if u.status == UploadStatus.FAILED]
     if failed and len(failed) == len(batch.uploads):
-        batch.status, batch.reason = "failed", "; ".join(f"{u.name}: {u.reason}" for u in failed)
+        batch.status, batch.reason = BatchStatus.FAILED, "; ".join(f"{u.name}: {u.reason}" for u in failed)
     else:
-        batch.status = "ingested"
+        batch.status = BatchStatus.INGESTED
         if failed:
             batch.reason = "; ".join(f"{u.name}: {u.reason}" for u in failed)

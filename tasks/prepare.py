@@ -20,11 +20,12 @@ from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.store import MediaStore
+from vidlora.lifecycle import BAD_VIDEO, FINAL_ANALYSIS, AnalysisStatus, FrameSetStatus, VideoStatus
 from vidlora.locks import try_lock
 from vidlora.media.probe import BadVideo, ProbeInfo, probe
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.media.frames import sample_video
-from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, FrameSet, Scenario, Video, utcnow
+from vidlora.models import Analysis, FrameSet, Scenario, Video, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ PROBE_FIELDS = ("container", "codec", "width", "height", "rotation", "fps", "dur
 
 def _close_analyses(session, video_id: int, status: str, reason: str, scenario_ids=None) -> None:
     query = select(Analysis).where(
-        Analysis.video_id == video_id, Analysis.status.not_in(FINAL_ANALYSIS_STATUSES)
+        Analysis.video_id == video_id, Analysis.status.not_in(FINAL_ANALYSIS)
     )
     if scenario_ids is not None:
         query = query.where(Analysis.scenario_id.in_(scenario_ids))
@@ -46,15 +47,15 @@ def _probe_step(task: VidloraTask, video_id: int) -> tuple[ProbeInfo | None, str
     settings = get_settings()
     with session_scope() as session:
         video = session.get(Video, video_id)
-        if video is None or video.status in ("rejected", "failed"):
+        if video is None or video.status in BAD_VIDEO:
             return None, None
         if not begin_attempt(video, settings.max_attempts, counts=task.is_first_delivery):
-            _close_analyses(session, video_id, "failed", video.reason or "failed")
+            _close_analyses(session, video_id, AnalysisStatus.FAILED, video.reason or "failed")
             return None, None
-        if video.status == "ready":
+        if video.status == VideoStatus.READY:
             info = ProbeInfo(**{f: getattr(video, f) for f in PROBE_FIELDS}, bit_rate=None)
             return info, video.path
-        video.status = "probing"
+        video.status = VideoStatus.PROBING
         rel = video.path
     path = settings.media_root / rel
     try:
@@ -62,15 +63,15 @@ def _probe_step(task: VidloraTask, video_id: int) -> tuple[ProbeInfo | None, str
     except BadVideo as exc:
         with session_scope() as session:
             video = session.get(Video, video_id)
-            video.status, video.reason = "rejected", exc.reason
-            _close_analyses(session, video_id, "rejected", exc.reason)
+            video.status, video.reason = VideoStatus.REJECTED, exc.reason
+            _close_analyses(session, video_id, AnalysisStatus.REJECTED, exc.reason)
         log.info("video %s rejected: %s", video_id, exc.reason)
         return None, None
     with session_scope() as session:
         video = session.get(Video, video_id)
         for field in PROBE_FIELDS:
             setattr(video, field, getattr(info, field))
-        video.status, video.reason = "ready", None
+        video.status, video.reason = VideoStatus.READY, None
     return info, rel
 
 
@@ -82,7 +83,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
         rows = session.execute(
             select(Analysis.id, Scenario.id, Scenario.sampling)
             .join(Scenario, Scenario.id == Analysis.scenario_id)
-            .where(Analysis.video_id == video_id, Analysis.status == "pending")
+            .where(Analysis.video_id == video_id, Analysis.status == AnalysisStatus.PENDING)
         ).all()
     by_policy: dict[str, tuple[SamplingPolicy, list[int]]] = {}
     for _analysis_id, scenario_id, sampling in rows:
@@ -98,7 +99,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
                 frame_set = FrameSet(video_id=video_id, policy_key=key, policy=policy.as_dict())
                 session.add(frame_set)
                 session.flush()
-            frame_set_id, done = frame_set.id, frame_set.status == "done"
+            frame_set_id, done = frame_set.id, frame_set.status == FrameSetStatus.DONE
         if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel):
             continue
         with session_scope() as session:
@@ -106,10 +107,10 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
                 select(Analysis).where(
                     Analysis.video_id == video_id,
                     Analysis.scenario_id.in_(scenario_ids),
-                    Analysis.status == "pending",
+                    Analysis.status == AnalysisStatus.PENDING,
                 )
             ):
-                analysis.status, analysis.frame_set_id = "ready", frame_set_id
+                analysis.status, analysis.frame_set_id = AnalysisStatus.READY, frame_set_id
                 analysis.ready_at = utcnow()
         ready.extend(scenario_ids)
     return ready
@@ -125,11 +126,12 @@ def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> 
         shutil.rmtree(work_dir, ignore_errors=True)
         with session_scope() as session:
             frame_set = session.get(FrameSet, frame_set_id)
-            frame_set.status, frame_set.reason = "failed", exc.reason
+            frame_set.status, frame_set.reason = FrameSetStatus.FAILED, exc.reason
             scenario_ids = [
                 s.id for s in session.scalars(select(Scenario)) if SamplingPolicy.from_dict(s.sampling).key() == key
             ]
-            _close_analyses(session, video_id, "rejected", f"frame sampling failed: {exc.reason}", scenario_ids)
+            _close_analyses(session, video_id, AnalysisStatus.REJECTED,
+                            f"frame sampling failed: {exc.reason}", scenario_ids)
         return False
     # Frames become visible under their final name only once all are written.
     shutil.rmtree(final_dir, ignore_errors=True)
@@ -142,19 +144,19 @@ def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> 
         frame_set.files = files
         frame_set.width, frame_set.height = sampled.width, sampled.height
         frame_set.backend = sampled.backend
-        frame_set.status, frame_set.reason = "done", None
+        frame_set.status, frame_set.reason = FrameSetStatus.DONE, None
     return True
 
 
 def _has_work(video_id: int) -> bool:
     with session_scope() as session:
         video = session.get(Video, video_id)
-        if video is None or video.status in ("rejected", "failed"):
+        if video is None or video.status in BAD_VIDEO:
             return False
-        if video.status != "ready":
+        if video.status != VideoStatus.READY:
             return True
         return session.scalar(
-            select(Analysis.id).where(Analysis.video_id == video_id, Analysis.status == "pending").limit(1)
+            select(Analysis.id).where(Analysis.video_id == video_id, Analysis.status == AnalysisStatus.PENDING).limit(1)
         ) is not None
 
 

@@ -20,6 +20,14 @@ from tasks.base import VidloraTask
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.heartbeats import alive_since
+from vidlora.lifecycle import (
+    IN_FLIGHT_ANALYSIS,
+    UNPROBED_VIDEO,
+    AnalysisStatus,
+    UploadStatus,
+    VideoStatus,
+    WorkerStatus,
+)
 from vidlora.models import Analysis, Upload, Video, Worker, utcnow
 
 log = logging.getLogger(__name__)
@@ -29,18 +37,23 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
     now = utcnow()
     stale = now - timedelta(seconds=stale_s)
     dead_after = alive_since(now, heartbeat_s)
-    live = set(session.scalars(select(Worker.name).where(Worker.status == "ready", Worker.heartbeat_at >= dead_after)))
-    uploads = list(session.scalars(select(Upload.id).where(Upload.status == "pending", Upload.updated_at < stale)))
+    live = set(session.scalars(
+        select(Worker.name).where(Worker.status == WorkerStatus.READY, Worker.heartbeat_at >= dead_after)
+    ))
+    uploads = list(session.scalars(
+        select(Upload.id).where(Upload.status == UploadStatus.PENDING, Upload.updated_at < stale)
+    ))
     videos = list(session.scalars(
-        select(Video.id).where(Video.status.in_(("registered", "probing")), Video.updated_at < stale)
+        select(Video.id).where(Video.status.in_(UNPROBED_VIDEO), Video.updated_at < stale)
     ))
     # Analyses still waiting for frames although their video is ready (prepare was lost).
     videos += list(session.scalars(
         select(Analysis.video_id).join(Video, Video.id == Analysis.video_id)
-        .where(Analysis.status == "pending", Video.status == "ready", Video.updated_at < stale).distinct()
+        .where(Analysis.status == AnalysisStatus.PENDING, Video.status == VideoStatus.READY, Video.updated_at < stale)
+        .distinct()
     ))
     in_flight_query = select(Analysis).where(
-        Analysis.status.in_(("queued", "running")),
+        Analysis.status.in_(IN_FLIGHT_ANALYSIS),
         or_(Analysis.queued_at < stale, Analysis.queued_at.is_(None)),
     )
     if session.get_bind().dialect.name == "postgresql":
@@ -52,8 +65,9 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
     # only a message: if the broker lost it (a restart without persistence, a failed publish)
     # a live worker never sees it, so a stale queued row is re-sent whoever it was meant for.
     # If the message was only waiting, the first delivery runs it and the other is skipped.
-    lost = [a.id for a in in_flight if a.status == "queued" or a.worker is None or a.worker not in live]
-    ready = list(session.scalars(select(Analysis.id).where(Analysis.status == "ready")))
+    lost = [a.id for a in in_flight
+            if a.status == AnalysisStatus.QUEUED or a.worker is None or a.worker not in live]
+    ready = list(session.scalars(select(Analysis.id).where(Analysis.status == AnalysisStatus.READY)))
     return {"uploads": uploads, "videos": sorted(set(videos)), "analyses": lost, "ready": ready}
 
 
@@ -78,7 +92,7 @@ def claim_orphans(session, stale_s: float, heartbeat_s: float, resend_inputs: bo
     if not resend_inputs:
         orphans["uploads"], orphans["videos"] = [], []
     for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(orphans["analyses"]))):
-        analysis.status, analysis.ready_at, analysis.worker = "ready", utcnow(), None
+        analysis.status, analysis.ready_at, analysis.worker = AnalysisStatus.READY, utcnow(), None
     # Each upload and video is re-sent at most once per stale period, not once per sweep.
     if orphans["uploads"]:
         session.execute(update(Upload).where(Upload.id.in_(orphans["uploads"])).values(updated_at=utcnow()))

@@ -13,6 +13,7 @@ from vidlora.batches import BatchError, create_batch, park_file, park_stream, re
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.sources import expand_paths
+from vidlora.lifecycle import ItemStatus
 
 
 def _send_ingest(upload_ids: list[int]) -> None:
@@ -30,7 +31,7 @@ def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str
         batch = create_batch(session, name, source, scenarios, created_by)
         for item in expand_paths(paths, settings):
             if item.kind == "other":
-                record_member(session, batch.id, item.name, "skipped", item.reason or "not a video or archive", None,
+                record_member(session, batch.id, item.name, ItemStatus.SKIPPED, item.reason or "not a video or archive", None,
                               settings.media_root)
                 continue
             upload_ids.append(park_file(session, settings, batch, item.path, item.name).id)

@@ -24,7 +24,7 @@ def begin_attempt(row: Attempted, cap: int, *, counts: bool = True) -> bool:
     if counts:
         row.attempts += 1
     if row.attempts > cap:
-        row.status = "failed"
+        row.status = "failed"  # the one state every attempted row (upload, video, analysis) shares
         row.reason = f"gave up after {cap} attempts (the worker died or the task timed out each time)"
         return False
     return True

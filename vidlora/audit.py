@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, BatchItem, Result, Scenario, Upload, Video
+from vidlora.lifecycle import FINAL_ANALYSIS, SETTLED_VIDEO, AnalysisStatus, ItemStatus, UploadStatus
+from vidlora.models import Analysis, BatchItem, Result, Scenario, Upload, Video
 
 
 @dataclass
@@ -40,7 +41,7 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
     for item in session.scalars(items):
         # A stored member must have its video, and the video one analysis per scenario of the
         # batch (the analysis may belong to an earlier batch that brought the same content).
-        if item.status != "stored":
+        if item.status != ItemStatus.STORED:
             continue
         if item.video_id is None or session.get(Video, item.video_id) is None:
             report.lost_videos.append(item.name)
@@ -51,7 +52,7 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
         have = set(session.scalars(select(Analysis.scenario_id).where(Analysis.video_id == item.video_id)))
         if scenario_ids[item.batch_id] - have:
             report.lost_videos.append(f"analyses-of:{item.name}")
-    uploads = select(Upload).where(Upload.status == "pending")
+    uploads = select(Upload).where(Upload.status == UploadStatus.PENDING)
     if batch_ids is not None:
         uploads = uploads.where(Upload.batch_id.in_(batch_ids))
     report.lost_videos += [f"upload:{u.name}" for u in session.scalars(uploads)]
@@ -60,9 +61,9 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
         video_ids = select(BatchItem.video_id).where(BatchItem.batch_id.in_(batch_ids))
         analyses = analyses.where(Analysis.video_id.in_(video_ids))
     rows = session.scalars(analyses).all()
-    report.stuck_analyses = [a.id for a in rows if a.status not in FINAL_ANALYSIS_STATUSES]
+    report.stuck_analyses = [a.id for a in rows if a.status not in FINAL_ANALYSIS]
     report.stuck_videos = sorted({
-        a.video_id for a in rows if a.video.status not in ("ready", "rejected", "failed")
+        a.video_id for a in rows if a.video.status not in SETTLED_VIDEO
     })
     report.duplicated_analyses = [
         (v, s) for v, s, n in session.execute(
@@ -78,6 +79,6 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
         if result.health.get("ok") is not True:
             report.unchecked_results.append(result.id)
     for analysis in rows:
-        if analysis.status == "done" and analysis.result is None:
+        if analysis.status == AnalysisStatus.DONE and analysis.result is None:
             report.lost_videos.append(f"result-of-analysis:{analysis.id}")
     return report

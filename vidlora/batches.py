@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
 from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
+from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
 
 
@@ -108,7 +109,7 @@ def record_member(
     batch = session.get(Batch, batch_id)
     assert batch is not None
     created = ensure_analyses(session, video, batch)
-    needs_prepare = video.status in ("registered", "probing") or created > 0
+    needs_prepare = video.status in UNPROBED_VIDEO or created > 0
     return video.id, needs_prepare
 
 
@@ -122,8 +123,8 @@ def ensure_analyses(session: Session, video: Video, batch: Batch) -> int:
         if scenario.id in existing:
             continue
         analysis = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id)
-        if video.status in ("rejected", "failed"):
-            analysis.status, analysis.reason = "rejected", video.reason
+        if video.status in BAD_VIDEO:
+            analysis.status, analysis.reason = AnalysisStatus.REJECTED, video.reason
         session.add(analysis)
         created += 1
     session.flush()

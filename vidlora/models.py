@@ -1,4 +1,5 @@
-"""The system of record. Every status lives here; Celery's own state is never consulted.
+"""The system of record. Every status is a column here (its states: `vidlora.lifecycle`);
+Celery's own state is never consulted.
 
 Unique keys make every write idempotent under re-delivery: one video per content hash, one
 analysis per (video, scenario), one frame set per (video, sampling policy), one result per
@@ -25,7 +26,22 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
+
+from vidlora.lifecycle import (
+    AdapterStatus,
+    AnalysisStatus,
+    BatchStatus,
+    FrameSetStatus,
+    ItemStatus,
+    ReviewAction,
+    ReviewState,
+    UploadStatus,
+    VideoStatus,
+    WorkerStatus,
+    check_analysis_move,
+    values,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -45,20 +61,17 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
-def _status_check(name: str, values: tuple[str, ...], column: str = "status") -> CheckConstraint:
-    allowed = ", ".join(f"'{v}'" for v in values)
+def _status_check(name: str, states: type, column: str = "status") -> CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values(states))
     return CheckConstraint(f"{column} IN ({allowed})", name=name)
 
 
 Timestamp = DateTime(timezone=True)
 
 
-ADAPTER_STATUSES = ("unchecked", "ok", "refused", "none")
-
-
 class Scenario(Base):
     __tablename__ = "scenario"
-    __table_args__ = (_status_check("adapter_status", ADAPTER_STATUSES, "adapter_status"),)
+    __table_args__ = (_status_check("adapter_status", AdapterStatus, "adapter_status"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -69,7 +82,8 @@ class Scenario(Base):
     # The GPU workers' registration verdict (engine_patch.registration): "ok", "refused"
     # (adapter_reason names the module and why; its analyses fail with it), "unchecked"
     # (no worker has registered this version yet) or "none" (base model, no adapter).
-    adapter_status: Mapped[str] = mapped_column(String(16), default="unchecked", server_default="unchecked")
+    adapter_status: Mapped[str] = mapped_column(String(16), default=AdapterStatus.UNCHECKED,
+                                                server_default=AdapterStatus.UNCHECKED.value)
     adapter_reason: Mapped[str | None] = mapped_column(Text)
     adapter_digest: Mapped[str | None] = mapped_column(String(64))  # of the normalised weights
     system_prompt: Mapped[str | None] = mapped_column(Text)
@@ -82,20 +96,17 @@ class Scenario(Base):
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
 
 
-BATCH_STATUSES = ("ingesting", "ingested", "failed")
-
-
 class Batch(Base):
     """One upload, archive or CLI invocation."""
 
     __tablename__ = "batch"
-    __table_args__ = (_status_check("status", BATCH_STATUSES),)
+    __table_args__ = (_status_check("status", BatchStatus),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
     source: Mapped[str] = mapped_column(String(16))  # cli | web | api
     scenario_names: Mapped[list[Any]] = mapped_column(default=list)
-    status: Mapped[str] = mapped_column(String(16), default="ingesting")
+    status: Mapped[str] = mapped_column(String(16), default=BatchStatus.INGESTING)
     reason: Mapped[str | None] = mapped_column(Text)
     created_by: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
@@ -104,21 +115,18 @@ class Batch(Base):
     items: Mapped[list[BatchItem]] = relationship(back_populates="batch", order_by="BatchItem.id")
 
 
-UPLOAD_STATUSES = ("pending", "done", "failed")
-
-
 class Upload(Base):
     """A file parked in the media store's upload area, waiting for the ingest task."""
 
     __tablename__ = "upload"
-    __table_args__ = (_status_check("status", UPLOAD_STATUSES),)
+    __table_args__ = (_status_check("status", UploadStatus),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(1024))
     path: Mapped[str] = mapped_column(String(1024))  # relative to media_root
     size_bytes: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=UploadStatus.PENDING)
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
@@ -129,16 +137,13 @@ class Upload(Base):
     batch: Mapped[Batch] = relationship(back_populates="uploads")
 
 
-ITEM_STATUSES = ("stored", "rejected", "skipped")
-
-
 class BatchItem(Base):
     """What became of one member of a batch: a stored video, or why it was not."""
 
     __tablename__ = "batch_item"
     __table_args__ = (
         UniqueConstraint("batch_id", "name"),
-        _status_check("status", ITEM_STATUSES),
+        _status_check("status", ItemStatus),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -153,19 +158,16 @@ class BatchItem(Base):
     video: Mapped[Video | None] = relationship()
 
 
-VIDEO_STATUSES = ("registered", "probing", "ready", "rejected", "failed")
-
-
 class Video(Base):
     __tablename__ = "video"
-    __table_args__ = (_status_check("status", VIDEO_STATUSES),)
+    __table_args__ = (_status_check("status", VideoStatus),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     path: Mapped[str] = mapped_column(String(1024))  # relative to media_root
     original_name: Mapped[str] = mapped_column(String(1024))
     size_bytes: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(16), default="registered")
+    status: Mapped[str] = mapped_column(String(16), default=VideoStatus.REGISTERED)
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     container: Mapped[str | None] = mapped_column(String(64))
@@ -183,23 +185,20 @@ class Video(Base):
     frame_sets: Mapped[list[FrameSet]] = relationship(back_populates="video")
 
 
-FRAMESET_STATUSES = ("pending", "done", "failed")
-
-
 class FrameSet(Base):
     """Frames of one video under one sampling policy, shared by every scenario using it."""
 
     __tablename__ = "frame_set"
     __table_args__ = (
         UniqueConstraint("video_id", "policy_key"),
-        _status_check("status", FRAMESET_STATUSES),
+        _status_check("status", FrameSetStatus),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     video_id: Mapped[int] = mapped_column(ForeignKey("video.id", ondelete="CASCADE"), index=True)
     policy_key: Mapped[str] = mapped_column(String(255))
     policy: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=FrameSetStatus.PENDING)
     reason: Mapped[str | None] = mapped_column(Text)
     timestamps: Mapped[list[Any]] = mapped_column(default=list)
     files: Mapped[list[Any]] = mapped_column(default=list)  # relative to media_root
@@ -211,17 +210,11 @@ class FrameSet(Base):
     video: Mapped[Video] = relationship(back_populates="frame_sets")
 
 
-# pending: waiting for frames; ready: frames done, waiting for dispatch; queued: in a GPU
-# batch message; running: the engine has it; done/failed/rejected are final.
-ANALYSIS_STATUSES = ("pending", "ready", "queued", "running", "done", "failed", "rejected")
-FINAL_ANALYSIS_STATUSES = ("done", "failed", "rejected")
-
-
 class Analysis(Base):
     __tablename__ = "analysis"
     __table_args__ = (
         UniqueConstraint("video_id", "scenario_id"),
-        _status_check("status", ANALYSIS_STATUSES),
+        _status_check("status", AnalysisStatus),
         Index("ix_analysis_status_scenario", "status", "scenario_id"),
     )
 
@@ -230,7 +223,7 @@ class Analysis(Base):
     scenario_id: Mapped[int] = mapped_column(ForeignKey("scenario.id"), index=True)
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batch.id", ondelete="SET NULL"), index=True)
     frame_set_id: Mapped[int | None] = mapped_column(ForeignKey("frame_set.id"))
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=AnalysisStatus.PENDING)
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(128))
@@ -247,13 +240,16 @@ class Analysis(Base):
     frame_set: Mapped[FrameSet | None] = relationship()
     result: Mapped[Result | None] = relationship(back_populates="analysis", uselist=False)
 
-
-REVIEW_STATES = ("unreviewed", "approved", "rejected", "edited")
+    @validates("status")
+    def _check_move(self, _key: str, new: str) -> AnalysisStatus:
+        # Every code path that moves an analysis passes here (bulk UPDATEs do not: the
+        # reconciler's and dispatcher's guard themselves with row locks and WHERE clauses).
+        return check_analysis_move(self.status, new)
 
 
 class Result(Base):
     __tablename__ = "result"
-    __table_args__ = (_status_check("review_state", REVIEW_STATES, "review_state"),)
+    __table_args__ = (_status_check("review_state", ReviewState, "review_state"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     analysis_id: Mapped[int] = mapped_column(
@@ -269,7 +265,7 @@ class Result(Base):
     model: Mapped[str] = mapped_column(String(1024))
     adapter: Mapped[str | None] = mapped_column(String(255))
     adapter_version: Mapped[str | None] = mapped_column(String(64))
-    review_state: Mapped[str] = mapped_column(String(16), default="unreviewed")
+    review_state: Mapped[str] = mapped_column(String(16), default=ReviewState.UNREVIEWED)
     edited_text: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
@@ -277,14 +273,11 @@ class Result(Base):
     reviews: Mapped[list[Review]] = relationship(back_populates="result", order_by="Review.id")
 
 
-REVIEW_ACTIONS = ("approve", "reject", "edit", "note")
-
-
 class Review(Base):
     """Append-only history of what reviewers did to a result."""
 
     __tablename__ = "review"
-    __table_args__ = (_status_check("action", REVIEW_ACTIONS, "action"),)
+    __table_args__ = (_status_check("action", ReviewAction, "action"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), index=True)
@@ -321,6 +314,6 @@ class Worker(Base):
     adapters_resident: Mapped[list[Any]] = mapped_column(default=list)
     adapter_loads: Mapped[int] = mapped_column(Integer, default=0)
     last_canary: Mapped[dict[str, Any] | None] = mapped_column()
-    status: Mapped[str] = mapped_column(String(16), default="starting")
+    status: Mapped[str] = mapped_column(String(16), default=WorkerStatus.STARTING)
     started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

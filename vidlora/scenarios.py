@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
+from vidlora.lifecycle import AdapterStatus
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.models import Scenario
 
@@ -151,7 +152,7 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
             row.adapter_status, row.adapter_reason, row.adapter_digest = "none", None, None
         elif (version, spec.adapter_path) != (row.adapter_version, row.adapter_path) or row.adapter_status == "none":
             # Another adapter: the workers' verdict on the old one no longer holds.
-            row.adapter_status, row.adapter_reason, row.adapter_digest = "unchecked", None, None
+            row.adapter_status, row.adapter_reason, row.adapter_digest = AdapterStatus.UNCHECKED, None, None
         row.adapter_version = version
         row.adapter_path = spec.adapter_path
         row.sampling = spec.sampling
@@ -182,7 +183,7 @@ def record_registrations(session: Session, verdicts: dict[str, dict[str, Any]]) 
         v = verdicts[row.name]
         if not row.adapter_path or str(Path(v["source"]).resolve()) != str(Path(row.adapter_path).resolve()):
             continue  # a verdict on another path (an ad-hoc request, an older declaration)
-        status, reason = ("ok", None) if v["ok"] else ("refused", str(v["reason"]))
+        status, reason = (AdapterStatus.OK, None) if v["ok"] else (AdapterStatus.REFUSED, str(v["reason"]))
         if (row.adapter_status, row.adapter_reason, row.adapter_digest) != (status, reason, v.get("digest")):
             row.adapter_status, row.adapter_reason, row.adapter_digest = status, reason, v.get("digest")
             changed += 1

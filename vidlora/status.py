@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
 
 
@@ -52,11 +53,10 @@ class BatchView:
     @property
     def finished(self) -> bool:
         """Nothing left to happen: every upload ingested, every analysis in a final state."""
-        final = {"done", "failed", "rejected"}
         return (
-            self.status != "ingesting"
+            self.status != BatchStatus.INGESTING
             and self.uploads_pending == 0
-            and all(a.status in final for v in self.videos for a in v.analyses)
+            and all(a.status in FINAL_ANALYSIS for v in self.videos for a in v.analyses)
         )
 
     def as_dict(self) -> dict:
@@ -106,9 +106,9 @@ def batch_view(session: Session, batch_id: int) -> BatchView | None:
     return BatchView(
         id=batch.id, name=batch.name, status=batch.status, reason=batch.reason,
         scenarios=list(batch.scenario_names), videos=views,
-        rejected=[(i.name, i.reason or "") for i in items if i.status == "rejected"],
-        skipped=[(i.name, i.reason or "") for i in items if i.status == "skipped"],
-        uploads_pending=sum(1 for u in batch.uploads if u.status == "pending"),
+        rejected=[(i.name, i.reason or "") for i in items if i.status == ItemStatus.REJECTED],
+        skipped=[(i.name, i.reason or "") for i in items if i.status == ItemStatus.SKIPPED],
+        uploads_pending=sum(1 for u in batch.uploads if u.status == UploadStatus.PENDING),
     )
 
 

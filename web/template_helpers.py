@@ -6,30 +6,32 @@ from datetime import datetime, timezone
 from typing import Any
 
 from flask import Flask
+from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
-    "pending": "queued",
-    "ready": "queued",
-    "queued": "queued",
-    "running": "running",
-    "done": "done",
-    "failed": "failed",
-    "rejected": "rejected",
+    AnalysisStatus.PENDING: "queued",
+    AnalysisStatus.READY: "queued",
+    AnalysisStatus.QUEUED: "queued",
+    AnalysisStatus.RUNNING: "running",
+    AnalysisStatus.DONE: "done",
+    AnalysisStatus.FAILED: "failed",
+    AnalysisStatus.REJECTED: "rejected",
 }
 STATUS_HINTS = {
-    "pending": "Waiting for its frames to be sampled",
-    "ready": "Frames ready; waiting for a GPU worker",
-    "queued": "Sent to a GPU worker",
-    "running": "The model is looking at it now",
-    "done": "Finished",
-    "failed": "Failed after retries",
-    "rejected": "Not analysable",
+    AnalysisStatus.PENDING: "Waiting for its frames to be sampled",
+    AnalysisStatus.READY: "Frames ready; waiting for a GPU worker",
+    AnalysisStatus.QUEUED: "Sent to a GPU worker",
+    AnalysisStatus.RUNNING: "The model is looking at it now",
+    AnalysisStatus.DONE: "Finished",
+    AnalysisStatus.FAILED: "Failed after retries",
+    AnalysisStatus.REJECTED: "Not analysable",
 }
 # Video statuses are a different set: "ready" means probed and accepted, not "waiting".
-VIDEO_LABELS = {"registered": "received", "probing": "checking", "ready": "ready", "rejected": "rejected",
-                "failed": "failed"}
-REVIEW_LABELS = {"unreviewed": "not reviewed", "approved": "approved", "rejected": "rejected", "edited": "edited"}
+VIDEO_LABELS = {VideoStatus.REGISTERED: "received", VideoStatus.PROBING: "checking", VideoStatus.READY: "ready",
+                VideoStatus.REJECTED: "rejected", VideoStatus.FAILED: "failed"}
+REVIEW_LABELS = {ReviewState.UNREVIEWED: "not reviewed", ReviewState.APPROVED: "approved",
+                 ReviewState.REJECTED: "rejected", ReviewState.EDITED: "edited"}
 
 
 def human_bytes(n: int | float | None) -> str:

@@ -12,6 +12,7 @@ import threading
 from sqlalchemy import select
 
 from vidlora.db import session_scope
+from vidlora.lifecycle import WorkerStatus
 from vidlora.models import Worker, utcnow
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ def mark_stopped(name: str) -> None:
     with session_scope() as session:
         row = session.scalar(select(Worker).where(Worker.name == name))
         if row is not None:
-            row.status = "stopped"
+            row.status = WorkerStatus.STOPPED
 
 
 class Heartbeat:

@@ -50,6 +50,7 @@ from typing import BinaryIO, Iterator
 
 from vidlora.config import Settings
 from vidlora.ingest.store import MediaStore, StoredFile, StoreError, TooLarge
+from vidlora.lifecycle import ItemStatus
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (
     ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz",
@@ -91,7 +92,7 @@ _READ_ERRORS = (
 @dataclass(frozen=True)
 class MemberOutcome:
     name: str
-    status: str  # "stored" | "rejected" | "skipped"
+    status: ItemStatus
     reason: str | None
     stored: StoredFile | None
 
@@ -224,17 +225,17 @@ def _classify_name(name: str, ctx: _Ctx, depth: int) -> tuple[str, str] | None:
     """Name-based decision for a regular file: (status, reason) or None to ingest it."""
     parts = name.split("/")
     if parts[0] == "__MACOSX":
-        return "skipped", f"{MACOS_METADATA}: __MACOSX resource fork"
+        return ItemStatus.SKIPPED, f"{MACOS_METADATA}: __MACOSX resource fork"
     if any(p.startswith(".") for p in parts):
-        return "skipped", f"{HIDDEN}: dotfile"
+        return ItemStatus.SKIPPED, f"{HIDDEN}: dotfile"
     if _lower_name_is_archive(name):
         if ctx.settings.archive_nested != "extract":
-            return "rejected", f"{NESTED_ARCHIVE}: nested archives are not accepted"
+            return ItemStatus.REJECTED, f"{NESTED_ARCHIVE}: nested archives are not accepted"
         if depth >= 1:
-            return "rejected", f"{NESTED_ARCHIVE}: only one level of nesting is extracted"
+            return ItemStatus.REJECTED, f"{NESTED_ARCHIVE}: only one level of nesting is extracted"
         return None
     if PurePosixPath(name).suffix.lower() not in ctx.video_exts:
-        return "skipped", f"{NOT_VIDEO}: extension is not a video type"
+        return ItemStatus.SKIPPED, f"{NOT_VIDEO}: extension is not a video type"
     return None
 
 
@@ -263,28 +264,28 @@ def _store_member(
         stored = ctx.store.put_stream(reader, PurePosixPath(display).suffix, max_bytes)  # type: ignore[arg-type]
     except TooLarge:
         if total_limited:
-            outcome = MemberOutcome(display, "rejected", f"{TOTAL_TOO_LARGE}: archive total over "
+            outcome = MemberOutcome(display, ItemStatus.REJECTED, f"{TOTAL_TOO_LARGE}: archive total over "
                                     f"{ctx.settings.archive_max_total_bytes} bytes", None)
             yield outcome
             raise _Stop(outcome.reason or "") from None
-        yield MemberOutcome(display, "rejected", f"{TOO_LARGE}: member over "
+        yield MemberOutcome(display, ItemStatus.REJECTED, f"{TOO_LARGE}: member over "
                             f"{ctx.settings.max_video_bytes} bytes", None)
         return
     except _RatioExceeded as exc:
-        yield MemberOutcome(display, "rejected", f"{RATIO_EXCEEDED}: {exc}", None)
+        yield MemberOutcome(display, ItemStatus.REJECTED, f"{RATIO_EXCEEDED}: {exc}", None)
         return
     except (StoreError, _Stop):
         raise
     except _READ_ERRORS as exc:
-        yield MemberOutcome(display, "rejected", f"{CORRUPT}: {type(exc).__name__}: {exc}", None)
+        yield MemberOutcome(display, ItemStatus.REJECTED, f"{CORRUPT}: {type(exc).__name__}: {exc}", None)
         return
     finally:
         if count_produced:
             ctx.budget.total += reader.produced
     if stored.existed:
-        yield MemberOutcome(display, "stored", f"{DUPLICATE}: content already stored", stored)
+        yield MemberOutcome(display, ItemStatus.STORED, f"{DUPLICATE}: content already stored", stored)
     else:
-        yield MemberOutcome(display, "stored", None, stored)
+        yield MemberOutcome(display, ItemStatus.STORED, None, stored)
 
 
 # -- zip --------------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
             try:
                 name = _safe_name(info.filename)
             except ValueError as exc:
-                yield MemberOutcome(prefix + _printable(info.filename), "rejected",
+                yield MemberOutcome(prefix + _printable(info.filename), ItemStatus.REJECTED,
                                     f"{UNSAFE_PATH}: {exc}", None)
                 continue
             display = prefix + name
@@ -326,10 +327,10 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
                 continue
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
-                yield MemberOutcome(display, "rejected", f"{SYMLINK}: symbolic link member", None)
+                yield MemberOutcome(display, ItemStatus.REJECTED, f"{SYMLINK}: symbolic link member", None)
                 continue
             if mode and stat.S_IFMT(mode) and not stat.S_ISREG(mode):
-                yield MemberOutcome(display, "rejected",
+                yield MemberOutcome(display, ItemStatus.REJECTED,
                                     f"{SPECIAL_FILE}: not a regular file (mode {mode:o})", None)
                 continue
             decision = _classify_name(name, ctx, depth)
@@ -337,21 +338,21 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
                 yield MemberOutcome(display, decision[0], decision[1], None)
                 continue
             if info.flag_bits & 0x1:
-                yield MemberOutcome(display, "rejected", f"{ENCRYPTED}: encrypted member", None)
+                yield MemberOutcome(display, ItemStatus.REJECTED, f"{ENCRYPTED}: encrypted member", None)
                 continue
             if info.file_size > s.max_video_bytes:
-                yield MemberOutcome(display, "rejected", f"{TOO_LARGE}: header size "
+                yield MemberOutcome(display, ItemStatus.REJECTED, f"{TOO_LARGE}: header size "
                                     f"{info.file_size} over {s.max_video_bytes} bytes", None)
                 continue
             if (info.file_size > RATIO_GRACE_BYTES
                     and info.file_size > s.archive_max_ratio * max(info.compress_size, 1)):
-                yield MemberOutcome(display, "rejected", f"{RATIO_EXCEEDED}: header claims "
+                yield MemberOutcome(display, ItemStatus.REJECTED, f"{RATIO_EXCEEDED}: header claims "
                                     f"{info.file_size}/{info.compress_size} bytes "
                                     f"(limit {s.archive_max_ratio:g}:1)", None)
                 continue
             remaining = s.archive_max_total_bytes - ctx.budget.total
             if info.file_size > remaining:
-                outcome = MemberOutcome(display, "rejected", f"{TOTAL_TOO_LARGE}: archive total "
+                outcome = MemberOutcome(display, ItemStatus.REJECTED, f"{TOTAL_TOO_LARGE}: archive total "
                                         f"over {s.archive_max_total_bytes} bytes", None)
                 yield outcome
                 raise _Stop(outcome.reason or "")
@@ -360,7 +361,7 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
             except (StoreError, _Stop):
                 raise
             except _READ_ERRORS as exc:
-                yield MemberOutcome(display, "rejected",
+                yield MemberOutcome(display, ItemStatus.REJECTED,
                                     f"{CORRUPT}: {type(exc).__name__}: {exc}", None)
                 continue
             with member:
@@ -454,11 +455,11 @@ def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
             if ctx.budget.total + data_size > s.archive_max_total_bytes:
                 reason = (f"{TOTAL_TOO_LARGE}: archive total over {s.archive_max_total_bytes} "
                           "bytes")
-                yield MemberOutcome(prefix + (name or _printable(member.name)), "rejected",
+                yield MemberOutcome(prefix + (name or _printable(member.name)), ItemStatus.REJECTED,
                                     reason, None)
                 raise _Stop(reason)
             if name is None:
-                yield MemberOutcome(bad[0], "rejected", bad[1], None)
+                yield MemberOutcome(bad[0], ItemStatus.REJECTED, bad[1], None)
                 ctx.budget.total += data_size
                 continue
             display = prefix + name
@@ -476,11 +477,11 @@ def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
             elif not member.isreg():
                 rejection = f"{UNSUPPORTED}: tar member type {member.type!r}"
             if rejection is not None:
-                yield MemberOutcome(display, "rejected", rejection, None)
+                yield MemberOutcome(display, ItemStatus.REJECTED, rejection, None)
                 continue
             decision = _classify_name(name, ctx, depth)
             if decision is None and member.size > s.max_video_bytes:
-                decision = ("rejected", f"{TOO_LARGE}: header size {member.size} over "
+                decision = (ItemStatus.REJECTED, f"{TOO_LARGE}: header size {member.size} over "
                             f"{s.max_video_bytes} bytes")
             if decision is not None:
                 yield MemberOutcome(display, decision[0], decision[1], None)
@@ -488,7 +489,7 @@ def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
                 continue
             fileobj = tf.extractfile(member)
             if fileobj is None:  # cannot happen for isreg(); be defensive
-                yield MemberOutcome(display, "rejected", f"{UNSUPPORTED}: no data", None)
+                yield MemberOutcome(display, ItemStatus.REJECTED, f"{UNSUPPORTED}: no data", None)
                 ctx.budget.total += data_size
                 continue
             # Counted up front (above the check): tarfile reads the whole member through
@@ -525,14 +526,14 @@ def _ingest(path: Path, label: str, ctx: _Ctx, depth: int) -> Iterator[MemberOut
     try:
         f = open(path, "rb")
     except OSError as exc:
-        yield MemberOutcome(label, "rejected", f"{CORRUPT}: cannot open: {exc}", None)
+        yield MemberOutcome(label, ItemStatus.REJECTED, f"{CORRUPT}: cannot open: {exc}", None)
         return
     with f:
         raw = _CountingFile(f)
         try:
             kind = _sniff(raw)
             if kind is None:
-                yield MemberOutcome(label, "rejected", f"{CORRUPT}: not a recognised archive", None)
+                yield MemberOutcome(label, ItemStatus.REJECTED, f"{CORRUPT}: not a recognised archive", None)
                 return
             if kind == "zip":
                 yield from _ingest_zip(raw, prefix, ctx, depth)
@@ -541,7 +542,7 @@ def _ingest(path: Path, label: str, ctx: _Ctx, depth: int) -> Iterator[MemberOut
         except (StoreError, _Stop):
             raise
         except _READ_ERRORS as exc:
-            yield MemberOutcome(label, "rejected", f"{CORRUPT}: {type(exc).__name__}: {exc}", None)
+            yield MemberOutcome(label, ItemStatus.REJECTED, f"{CORRUPT}: {type(exc).__name__}: {exc}", None)
 
 
 def ingest_archive(path: Path, store: MediaStore, settings: Settings) -> Iterator[MemberOutcome]:
@@ -553,4 +554,4 @@ def ingest_archive(path: Path, store: MediaStore, settings: Settings) -> Iterato
     try:
         yield from _ingest(Path(path), ARCHIVE_LABEL, ctx, 0)
     except _Stop as stop:
-        yield MemberOutcome(ARCHIVE_LABEL, "rejected", stop.reason, None)
+        yield MemberOutcome(ARCHIVE_LABEL, ItemStatus.REJECTED, stop.reason, None)

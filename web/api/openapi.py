@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vidlora.models import ANALYSIS_STATUSES, REVIEW_ACTIONS, REVIEW_STATES
+from vidlora.lifecycle import AnalysisStatus, ReviewAction, ReviewState, values
 
 
 def _ref(name: str) -> dict:
@@ -27,8 +27,8 @@ PAGING = [
 ]
 RESULT_FILTERS = [
     {"name": "scenario", "in": "query", "schema": {"type": "string"}, "description": "Scenario name"},
-    {"name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(REVIEW_STATES)}},
-    {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(ANALYSIS_STATUSES)},
+    {"name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(values(ReviewState))}},
+    {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(values(AnalysisStatus))},
      "description": "Analysis status"},
     {"name": "batch", "in": "query", "schema": {"type": "integer"}, "description": "Videos of this batch"},
     {"name": "date_from", "in": "query", "schema": {"type": "string", "format": "date"},
@@ -45,7 +45,7 @@ SCHEMAS: dict[str, Any] = {
         "error": {"type": "string"}, "detail": {"type": "string"}, "status": {"type": "integer"}}},
     "Analysis": {"type": "object", "properties": {
         "id": {"type": "integer"}, "scenario": {"type": "string"},
-        "status": {"type": "string", "enum": list(ANALYSIS_STATUSES)},
+        "status": {"type": "string", "enum": list(values(AnalysisStatus))},
         "reason": {"type": "string", "nullable": True}, "attempts": {"type": "integer"}}},
     "BatchStatus": {"type": "object", "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string"},
@@ -71,7 +71,7 @@ SCHEMAS: dict[str, Any] = {
                       ("model", "string"), ("adapter", "string"), ("adapter_version", "string"),
                       ("health", "object"), ("created_at", "string"), ("finished_at", "string")]}},
     "Review": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "action": {"type": "string", "enum": list(REVIEW_ACTIONS)},
+        "id": {"type": "integer"}, "action": {"type": "string", "enum": list(values(ReviewAction))},
         "user": {"type": "string", "nullable": True}, "text": {"type": "string", "nullable": True},
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
@@ -134,7 +134,7 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Approve, reject, edit or annotate a result", "parameters": [ID("result_id")],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["action"], "properties": {
-                        "action": {"type": "string", "enum": list(REVIEW_ACTIONS)},
+                        "action": {"type": "string", "enum": list(values(ReviewAction))},
                         "text": {"type": "string", "description": "The corrected text (action edit)"},
                         "note": {"type": "string"}}}}}},
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},

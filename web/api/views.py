@@ -5,6 +5,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from vidlora.db import is_postgres
+from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
 from vidlora.status import batch_view
 from web.api import bp
@@ -51,7 +52,7 @@ def scenarios():
         "name": s.name, "title": s.title, "description": s.description, "active": s.active,
         "adapter_path": s.adapter_path, "adapter_version": s.adapter_version,
         "adapter_status": s.adapter_status, "adapter_reason": s.adapter_reason,
-        "available": s.adapter_status != "refused",
+        "available": s.adapter_status != AdapterStatus.REFUSED,
         "system_prompt": s.system_prompt, "prompt": s.prompt, "sampling": s.sampling,
         "generation": s.generation, "output_schema": s.output_schema,
         "workers": [w.worker.name for w in held.get(s.name, [])],

@@ -9,7 +9,8 @@ from flask import url_for
 from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
-from vidlora.models import FINAL_ANALYSIS_STATUSES, Analysis, Batch, BatchItem, Scenario, Upload
+from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, UploadStatus
+from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload
 from vidlora.status import BatchView
 
 
@@ -26,11 +27,11 @@ class BatchSummary:
 
     @property
     def final(self) -> int:
-        return sum(n for s, n in self.counts.items() if s in FINAL_ANALYSIS_STATUSES)
+        return sum(n for s, n in self.counts.items() if s in FINAL_ANALYSIS)
 
     @property
     def finished(self) -> bool:
-        return self.status != "ingesting" and self.uploads_pending == 0 and self.final == self.total
+        return self.status != BatchStatus.INGESTING and self.uploads_pending == 0 and self.final == self.total
 
     def as_dict(self) -> dict:
         return {"id": self.id, "status": self.status, "counts": dict(self.counts), "total": self.total,
@@ -54,7 +55,7 @@ def summarise(session: Session, batches: list[Batch]) -> dict[int, BatchSummary]
         if scenario in wanted[batch_id]:
             out[batch_id].counts[status] += n
     pending = session.execute(
-        select(Upload.batch_id, func.count()).where(Upload.batch_id.in_(out), Upload.status == "pending")
+        select(Upload.batch_id, func.count()).where(Upload.batch_id.in_(out), Upload.status == UploadStatus.PENDING)
         .group_by(Upload.batch_id)
     )
     for batch_id, n in pending:

@@ -13,7 +13,8 @@ from datetime import date, datetime, time, timedelta, timezone
 from sqlalchemy import Select, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from vidlora.models import ANALYSIS_STATUSES, REVIEW_STATES, Analysis, BatchItem, Result, Scenario, Video
+from vidlora.lifecycle import AnalysisStatus, ReviewState, values
+from vidlora.models import Analysis, BatchItem, Result, Scenario, Video
 
 MAX_QUERY_CHARS = 500
 
@@ -54,10 +55,10 @@ def parse_filters(args) -> ResultFilters:
     """From request.args (or any mapping); raises FilterError with a message for people."""
     get = lambda key: (args.get(key) or "").strip()  # noqa: E731
     review_state, status = get("review_state"), get("status")
-    if review_state and review_state not in REVIEW_STATES:
-        raise FilterError(f"Review state must be one of: {', '.join(REVIEW_STATES)}.")
-    if status and status not in ANALYSIS_STATUSES:
-        raise FilterError(f"Status must be one of: {', '.join(ANALYSIS_STATUSES)}.")
+    if review_state and review_state not in values(ReviewState):
+        raise FilterError(f"Review state must be one of: {', '.join(values(ReviewState))}.")
+    if status and status not in values(AnalysisStatus):
+        raise FilterError(f"Status must be one of: {', '.join(values(AnalysisStatus))}.")
     batch_raw = get("batch")
     if batch_raw and not batch_raw.isdigit():
         raise FilterError("Batch must be a batch number.")

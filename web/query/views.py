@@ -6,7 +6,8 @@ from flask import Response, current_app, render_template, request, stream_with_c
 from sqlalchemy import select
 
 from vidlora.db import is_postgres
-from vidlora.models import ANALYSIS_STATUSES, REVIEW_STATES, Batch
+from vidlora.lifecycle import AnalysisStatus, ReviewState, values
+from vidlora.models import Batch
 from web.database import get_db
 from web.errors import render_error
 from web.pagination import Page, page_number
@@ -33,8 +34,8 @@ def index():
     batches = session.scalars(select(Batch).order_by(Batch.id.desc()).limit(200)).all()
     return render_template(
         "query/index.html", filters=filters, rows=rows, page=Page(number, size, total), error=error,
-        scenarios=scenario_choices(session), batches=batches, statuses=ANALYSIS_STATUSES,
-        review_states=REVIEW_STATES,
+        scenarios=scenario_choices(session), batches=batches, statuses=values(AnalysisStatus),
+        review_states=values(ReviewState),
     ), (400 if error else 200)
 
 

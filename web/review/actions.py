@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from vidlora.lifecycle import ReviewAction, ReviewState
 from vidlora.models import Result, Review
 
-STATE_AFTER = {"approve": "approved", "reject": "rejected", "edit": "edited"}
+STATE_AFTER = {ReviewAction.APPROVE: ReviewState.APPROVED, ReviewAction.REJECT: ReviewState.REJECTED,
+               ReviewAction.EDIT: ReviewState.EDITED}
 MAX_TEXT_CHARS = 200_000
 MAX_NOTE_CHARS = 10_000
 

@@ -4,6 +4,7 @@ from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy.orm import selectinload
 
+from vidlora.lifecycle import AnalysisStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
 from web.database import get_db
 from web.review import bp
@@ -29,7 +30,7 @@ def _result_or_404(result_id: int) -> Result:
 @bp.get("/")
 def index():
     """The review queue: finished results nobody has looked at yet."""
-    return redirect(url_for("query.index", status="done", review_state="unreviewed"))
+    return redirect(url_for("query.index", status=AnalysisStatus.DONE, review_state=ReviewState.UNREVIEWED))
 
 
 def _page(result: Result, error: str | None = None, draft: str | None = None, note: str = "", status: int = 200):

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.config import get_settings
 from vidlora.heartbeats import alive_since
+from vidlora.lifecycle import WorkerStatus
 from vidlora.models import Worker
 from web.template_helpers import as_utc
 
@@ -35,14 +36,14 @@ class WorkerHealth:
 
 def classify(worker: Worker, now: datetime, heartbeat_s: float) -> WorkerHealth:
     age = (now - as_utc(worker.heartbeat_at)).total_seconds()
-    if worker.status == "stopped":
+    if worker.status == WorkerStatus.STOPPED:
         health = "stopped"
     elif as_utc(worker.heartbeat_at) < alive_since(now, heartbeat_s):
         health = "stale"
-    elif worker.status == "ready":
+    elif worker.status == WorkerStatus.READY:
         health = "ok"
     else:
-        health = worker.status or "starting"
+        health = worker.status or WorkerStatus.STARTING
     return WorkerHealth(worker, age, health)
 
 

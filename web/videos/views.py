@@ -4,6 +4,7 @@ from flask import abort, render_template, send_file
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
+from vidlora.lifecycle import FrameSetStatus
 from vidlora.models import Analysis, BatchItem, FrameSet, Result, Video
 from web.database import get_db
 from web.videos import bp
@@ -27,7 +28,8 @@ def detail(video_id: int):
         .order_by(Analysis.id)
     ).all()
     frame_sets = session.scalars(
-        select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.status == "done").order_by(FrameSet.id)
+        select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.status == FrameSetStatus.DONE)
+        .order_by(FrameSet.id)
     ).all()
     uses = {fs.id: [a.scenario.title for a in analyses if a.frame_set_id == fs.id] for fs in frame_sets}
     batches = session.scalars(
@@ -65,7 +67,8 @@ def frame(frame_set_id: int, index: int):
 def thumbnail(video_id: int):
     """The middle frame of the video's first frame set: a picture to recognise it by."""
     frame_set = get_db().scalar(
-        select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.status == "done").order_by(FrameSet.id).limit(1)
+        select(FrameSet).where(FrameSet.video_id == video_id, FrameSet.status == FrameSetStatus.DONE)
+        .order_by(FrameSet.id).limit(1)
     )
     files = (frame_set.files or []) if frame_set else []
     path = media_file(files[len(files) // 2]) if files else None
