@@ -20,7 +20,8 @@ from vidlora.attempts import begin_attempt
 from vidlora.batches import record_member
 from vidlora.config import get_settings
 from vidlora.db import session_scope
-from vidlora.ingest.archive import MemberOutcome, ingest_archive, is_archive
+from vidlora.ingest.archive import MemberOutcome, ingest_archive
+from vidlora.ingest.kinds import Kind, kind_of, not_video_reason
 from vidlora.ingest.store import MediaStore, StoreError
 from vidlora.lifecycle import BatchStatus, ItemStatus, UploadStatus, VideoStatus
 from vidlora.locks import try_lock
@@ -47,11 +48,12 @@ def _record(batch_id: int, outcome: MemberOutcome, media_root: Path) -> tuple[in
 
 def _outcomes(upload: Upload, path: Path, store: MediaStore):
     settings = get_settings()
-    if is_archive(path):
+    kind = kind_of(upload.name, settings.video_extensions)
+    if kind == Kind.ARCHIVE:
         yield from ingest_archive(path, store, settings)
         return
-    if path.suffix.lower() not in settings.video_extensions:
-        yield MemberOutcome(upload.name, ItemStatus.REJECTED, f"not a video file type ({path.suffix or 'no extension'})", None)
+    if kind == Kind.OTHER:
+        yield MemberOutcome(upload.name, ItemStatus.REJECTED, not_video_reason(upload.name), None)
         return
     try:
         stored = store.put_file(path, settings.max_video_bytes)

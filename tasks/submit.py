@@ -12,6 +12,7 @@ from typing import BinaryIO
 from vidlora.batches import BatchError, create_batch, park_file, park_stream, record_member
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.ingest.kinds import Kind
 from vidlora.ingest.sources import expand_paths
 from vidlora.lifecycle import ItemStatus
 
@@ -30,9 +31,8 @@ def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str
     with session_scope() as session:
         batch = create_batch(session, name, source, scenarios, created_by)
         for item in expand_paths(paths, settings):
-            if item.kind == "other":
-                record_member(session, batch.id, item.name, ItemStatus.SKIPPED, item.reason or "not a video or archive", None,
-                              settings.media_root)
+            if item.kind == Kind.OTHER:
+                record_member(session, batch.id, item.name, ItemStatus.SKIPPED, item.reason, None, settings.media_root)
                 continue
             upload_ids.append(park_file(session, settings, batch, item.path, item.name).id)
         if not upload_ids:

@@ -149,8 +149,8 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
             row.adapter_version if row.adapter_path == spec.adapter_path else None
         )
         if not spec.adapter_path:
-            row.adapter_status, row.adapter_reason, row.adapter_digest = "none", None, None
-        elif (version, spec.adapter_path) != (row.adapter_version, row.adapter_path) or row.adapter_status == "none":
+            row.adapter_status, row.adapter_reason, row.adapter_digest = AdapterStatus.NONE, None, None
+        elif (version, spec.adapter_path) != (row.adapter_version, row.adapter_path) or row.adapter_status == AdapterStatus.NONE:
             # Another adapter: the workers' verdict on the old one no longer holds.
             row.adapter_status, row.adapter_reason, row.adapter_digest = AdapterStatus.UNCHECKED, None, None
         row.adapter_version = version

@@ -49,12 +49,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 
 from vidlora.config import Settings
+from vidlora.ingest.kinds import Kind, is_archive_name, kind_of, not_video_reason
 from vidlora.ingest.store import MediaStore, StoredFile, StoreError, TooLarge
 from vidlora.lifecycle import ItemStatus
 
-ARCHIVE_SUFFIXES: tuple[str, ...] = (
-    ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz",
-)
 ARCHIVE_LABEL = "<archive>"
 # Below this many produced bytes the ratio is not checked: a few KB of padding or a tiny test
 # clip can compress 1000:1 harmlessly, and read-ahead makes small-member ratios noisy.
@@ -77,7 +75,6 @@ TOO_MANY_MEMBERS = "too_many_members"
 NESTED_ARCHIVE = "nested_archive"
 ENCRYPTED = "encrypted"
 CORRUPT = "corrupt"
-NOT_VIDEO = "not_video"
 HIDDEN = "hidden"
 MACOS_METADATA = "macos_metadata"
 DUPLICATE = "duplicate"
@@ -100,15 +97,6 @@ class MemberOutcome:
     def code(self) -> str | None:
         """The stable part of ``reason`` (e.g. ``"unsafe_path"``), or None."""
         return None if self.reason is None else self.reason.split(":", 1)[0]
-
-
-def _lower_name_is_archive(name: str) -> bool:
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def is_archive(path: Path) -> bool:
-    """True if the file name has an archive suffix (contents are checked at ingest)."""
-    return _lower_name_is_archive(Path(path).name)
 
 
 # -- plumbing ---------------------------------------------------------------------------------
@@ -189,7 +177,6 @@ class _Ctx:
         self.store = store
         self.settings = settings
         self.budget = _Budget()
-        self.video_exts = {e.lower() for e in settings.video_extensions}
 
 
 def _printable(name: str) -> str:
@@ -228,14 +215,15 @@ def _classify_name(name: str, ctx: _Ctx, depth: int) -> tuple[str, str] | None:
         return ItemStatus.SKIPPED, f"{MACOS_METADATA}: __MACOSX resource fork"
     if any(p.startswith(".") for p in parts):
         return ItemStatus.SKIPPED, f"{HIDDEN}: dotfile"
-    if _lower_name_is_archive(name):
+    kind = kind_of(name, ctx.settings.video_extensions)
+    if kind == Kind.ARCHIVE:
         if ctx.settings.archive_nested != "extract":
             return ItemStatus.REJECTED, f"{NESTED_ARCHIVE}: nested archives are not accepted"
         if depth >= 1:
             return ItemStatus.REJECTED, f"{NESTED_ARCHIVE}: only one level of nesting is extracted"
         return None
-    if PurePosixPath(name).suffix.lower() not in ctx.video_exts:
-        return ItemStatus.SKIPPED, f"{NOT_VIDEO}: extension is not a video type"
+    if kind == Kind.OTHER:
+        return ItemStatus.SKIPPED, not_video_reason(name)
     return None
 
 
@@ -257,7 +245,7 @@ def _store_member(
     """
     reader = _MemberReader(stream, raw, ctx.settings.archive_max_ratio)
     try:
-        if _lower_name_is_archive(display):
+        if is_archive_name(display):
             with ctx.store.temp_copy(reader, max_bytes) as tmp:  # type: ignore[arg-type]
                 yield from _ingest(tmp, display, ctx, depth + 1)
             return

@@ -9,7 +9,7 @@ from werkzeug.datastructures import FileStorage
 
 from vidlora.batches import BatchError
 from vidlora.config import get_settings
-from vidlora.ingest.archive import ARCHIVE_SUFFIXES
+from vidlora.ingest.kinds import Kind, accepted_suffixes, kind_of
 from tasks.submit import submit_streams
 
 
@@ -25,7 +25,7 @@ class UploadRequest:
 
 
 def allowed_suffixes() -> tuple[str, ...]:
-    return tuple(get_settings().video_extensions) + ARCHIVE_SUFFIXES
+    return accepted_suffixes(get_settings().video_extensions)
 
 
 def client_name(filename: str) -> str:
@@ -34,7 +34,7 @@ def client_name(filename: str) -> str:
 
 
 def is_allowed(filename: str) -> bool:
-    return client_name(filename).lower().endswith(allowed_suffixes())
+    return kind_of(client_name(filename), get_settings().video_extensions) != Kind.OTHER
 
 
 def check(req: UploadRequest) -> None:

@@ -43,7 +43,7 @@ def test_folder_walk_is_sorted_recursive_and_classified(tmp_path: Path, settings
     assert by_name["batch/pack.tar.gz"].kind == "archive"
     assert by_name["batch/notes.txt"] == SourceItem(
         "batch/notes.txt", root / "notes.txt", "other",
-        "not_video: extension is not a video or archive type")
+        "not_video: a .txt file is not a video or an archive of videos")
     assert by_name["batch/pipe.mp4"].kind == "other"
     assert (by_name["batch/pipe.mp4"].reason or "").startswith("special_file")
     assert (by_name["batch/.hidden"].reason or "").startswith("hidden")

@@ -1,0 +1,47 @@
+"""What a file is, judged by its name: a video, an archive of videos, or neither.
+
+The one classification every way in uses (folders and files given to the CLI, web uploads,
+archive members, the ingest task), with one reason for "neither". Contents are checked later
+(an archive by its reader, a video by its probe); this only decides what to try.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import PurePosixPath
+
+ARCHIVE_SUFFIXES: tuple[str, ...] = (
+    ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz",
+)
+NOT_VIDEO = "not_video"  # the stable code that starts the reason
+
+
+class Kind(StrEnum):
+    VIDEO = "video"
+    ARCHIVE = "archive"
+    OTHER = "other"
+
+
+def is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def kind_of(name: str, video_extensions: tuple[str, ...] | set[str]) -> Kind:
+    """``name`` is a file name or a path (either slash); only its last part counts."""
+    leaf = name.replace("\\", "/").rsplit("/", 1)[-1]
+    if is_archive_name(leaf):
+        return Kind.ARCHIVE
+    if PurePosixPath(leaf).suffix.lower() in {e.lower() for e in video_extensions}:
+        return Kind.VIDEO
+    return Kind.OTHER
+
+
+def not_video_reason(name: str) -> str:
+    """Why a file of kind OTHER is not used, naming its type as the user sees it."""
+    suffix = PurePosixPath(name.replace("\\", "/").rsplit("/", 1)[-1]).suffix
+    what = f"a {suffix.lower()} file" if suffix else "a file without an extension"
+    return f"{NOT_VIDEO}: {what} is not a video or an archive of videos"
+
+
+def accepted_suffixes(video_extensions: tuple[str, ...]) -> tuple[str, ...]:
+    """What a file picker should offer and an error should list."""
+    return tuple(video_extensions) + ARCHIVE_SUFFIXES
