@@ -21,10 +21,11 @@ from tasks.base import TRANSIENT_ERRORS, VidloraTask
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AnalysisStatus
 from vidlora.models import Analysis, Result, utcnow
+from vidlora.result_health import ResultHealth
 from vidlora.scenarios import Generation, record_registrations
-from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 from workers import runtime
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
                 output_tokens=output.output_tokens,
                 latency_s=output.latency_s,
                 finish_reason=output.finish_reason,
-                health={**output.health, "schema_ok": schema_ok},
+                health=ResultHealth.of(output.health).with_schema(schema_ok).as_dict(),
                 model=identity.get("model", ""),
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
                 adapter_version=analysis.scenario.adapter_version,

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.lifecycle import FINAL_ANALYSIS, SETTLED_VIDEO, AnalysisStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, BatchItem, Result, Scenario, Upload, Video
+from vidlora.result_health import ResultHealth
 
 
 @dataclass
@@ -76,7 +77,7 @@ def audit(session: Session, batch_ids: list[int] | None = None) -> AuditReport:
     ))
     ids = [a.id for a in rows]
     for result in session.scalars(select(Result).where(Result.analysis_id.in_(ids))):
-        if result.health.get("ok") is not True:
+        if ResultHealth.of(result.health).ok is not True:
             report.unchecked_results.append(result.id)
     for analysis in rows:
         if analysis.status == AnalysisStatus.DONE and analysis.result is None:

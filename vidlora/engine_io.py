@@ -57,7 +57,7 @@ class AnalysisOutput:
     cumulative_logprob: float | None
     logprobs: list[float] = field(default_factory=list)  # chosen-token logprobs
     error: str | None = None
-    # Facts for the run-time guard and the review UI (e.g. {"logprobs_finite": True}).
+    # vidlora.result_health.ResultHealth.as_dict(): the guard's verdict, as stored and shown.
     health: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

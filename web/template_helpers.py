@@ -6,7 +6,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from flask import Flask
+
 from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
+from vidlora.result_health import ResultHealth
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
@@ -84,25 +86,8 @@ def timestamp(seconds: float | None) -> str:
 
 
 def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
-    """(name, value text, good|bad|info) per health entry.
-
-    ``*_ok`` keys are good when true; other booleans are warnings raised when true.
-    """
-    flags = []
-    for key, value in sorted((health or {}).items()):
-        label = key.replace("_", " ")
-        if isinstance(value, bool) or value is None:
-            if value is None:
-                flags.append((label, "n/a", "info"))
-            elif key.endswith("ok"):
-                flags.append((label, "yes" if value else "no", "good" if value else "bad"))
-            else:
-                flags.append((label, "yes" if value else "no", "bad" if value else "good"))
-        elif isinstance(value, float):
-            flags.append((label, f"{value:.3g}", "info"))
-        else:
-            flags.append((label, str(value), "info"))
-    return flags
+    """(name, value text, good|bad|info) per flag of a stored result's health."""
+    return [(f.name, f.value, f.kind) for f in ResultHealth.of(health).flags()]
 
 
 def init_app(app: Flask) -> None:

@@ -74,6 +74,7 @@ from vidlora.engine_io import (
     chosen_logprobs,
     sampling_params,
 )
+from vidlora.result_health import ResultHealth
 
 log = logging.getLogger(__name__)
 
@@ -656,11 +657,11 @@ def _finish(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict) 
     """The output the caller gets: the guard's health on it, ``error`` set unless healthy."""
     if out is None:  # refused without running (a quarantined adapter)
         out = AnalysisOutput.failed(req.request_key, verdict.reason or "refused by the guard")
-    health = verdict.as_health()
+    health = ResultHealth.of(verdict.as_health())
     if not verdict.judged:
-        health["reason"] = out.error
+        health = replace(health, reason=out.error)
     error = out.error or (None if verdict.ok else f"degenerate output: {verdict.reason}")
-    return replace(out, error=error, health=health)
+    return replace(out, error=error, health=health.as_dict())
 
 
 def _shutdown(llm: Any) -> None:

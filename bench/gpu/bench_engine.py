@@ -279,7 +279,7 @@ class Bench:
                 if o.error:
                     raise RuntimeError(f"host request failed: {o.error}")
                 stats.append((o.prompt_tokens, o.output_tokens,
-                              bool(o.health.get("logprobs_finite", True))))
+                              bool(o.health["checks"].get("logprobs_finite", True))))
         _sync(torch)
         row = self._row(stats, time.perf_counter() - t0, len(batches))
         guard = getattr(self.host, "guard", None)

@@ -133,7 +133,8 @@ class Factory:
                 if text is not None:
                     result = Result(analysis_id=analysis.id, text=text, prompt_tokens=1200, output_tokens=48,
                                     latency_s=1.25, finish_reason="stop",
-                                    health={"degenerate": False, "schema_ok": True, "repetition": 0.12},
+                                    health={"ok": True, "schema_ok": True,
+                                            "checks": {"logprobs_finite": True, "all_bang": False, "top_token_frac": 0.12}},
                                     model="tiny-qwen", adapter=scenario, adapter_version="abc123def456",
                                     review_state=review_state)
                     session.add(result)

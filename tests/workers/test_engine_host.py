@@ -141,7 +141,8 @@ def test_video_request(alone) -> None:
     assert out.cumulative_logprob == pytest.approx(sum(out.logprobs), abs=1e-3)
     assert out.health == {
         "ok": True, "reason": None, "checks": out.health["checks"], "isolated_rerun": False,
-        "recovery": [], "recovered_by": None, "quarantined": False, "runs": 1, "quality": None}
+        "recovery": [], "recovered_by": None, "quarantined": False, "runs": 1, "quality": None,
+        "schema_ok": None}  # the analyze task adds the schema check
     assert out.health["checks"]["logprobs_finite"] is True
     assert out.health["checks"]["tokens"] == out.output_tokens
     assert out.latency_s > 0
