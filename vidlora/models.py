@@ -79,6 +79,9 @@ class Scenario(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     adapter_path: Mapped[str | None] = mapped_column(String(1024))
     adapter_version: Mapped[str | None] = mapped_column(String(64))  # content hash of the adapter
+    # Names, sizes and mtimes of the adapter's files when adapter_version was hashed: while
+    # they are unchanged the version is not read again (20 x 27B adapters: ~20 GB per sync).
+    adapter_fingerprint: Mapped[str | None] = mapped_column(String(64))
     # The GPU workers' registration verdict (engine_patch.registration): "ok", "refused"
     # (adapter_reason names the module and why; its analyses fail with it), "unchecked"
     # (no worker has registered this version yet) or "none" (base model, no adapter).

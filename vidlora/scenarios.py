@@ -117,6 +117,23 @@ def load_scenarios(path: Path, adapter_root: Path) -> list[ScenarioSpec]:
     return specs
 
 
+def _adapter_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def adapter_fingerprint(adapter_path: str | None) -> str | None:
+    """Hash of the adapter files' names, sizes and mtimes: cheap (stat only), and it changes
+    whenever a file is replaced, rewritten or added, so the content hash is redone then."""
+    if not adapter_path or not Path(adapter_path).is_dir():
+        return None
+    root = Path(adapter_path)
+    digest = hashlib.sha256()
+    for file in _adapter_files(root):
+        st = file.stat()
+        digest.update(f"{file.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
 def adapter_version(adapter_path: str | None) -> str | None:
     """Content hash of an adapter directory: results name the exact weights they came from."""
     if not adapter_path:
@@ -125,7 +142,7 @@ def adapter_version(adapter_path: str | None) -> str | None:
     if not root.is_dir():
         return None
     digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+    for file in _adapter_files(root):
         digest.update(file.relative_to(root).as_posix().encode())
         with file.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -145,7 +162,10 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
         row.system_prompt = spec.system
         # A process that cannot see the adapter files (a web container) must not erase the
         # version a GPU worker recorded.
-        version = adapter_version(spec.adapter_path) or (
+        fingerprint = adapter_fingerprint(spec.adapter_path)
+        same_files = (fingerprint is not None and row.adapter_path == spec.adapter_path
+                      and row.adapter_fingerprint == fingerprint and row.adapter_version is not None)
+        version = row.adapter_version if same_files else adapter_version(spec.adapter_path) or (
             row.adapter_version if row.adapter_path == spec.adapter_path else None
         )
         if not spec.adapter_path:
@@ -154,6 +174,7 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
             # Another adapter: the workers' verdict on the old one no longer holds.
             row.adapter_status, row.adapter_reason, row.adapter_digest = AdapterStatus.UNCHECKED, None, None
         row.adapter_version = version
+        row.adapter_fingerprint = fingerprint if version is not None else None
         row.adapter_path = spec.adapter_path
         row.sampling = spec.sampling
         row.generation = spec.generation

@@ -66,3 +66,32 @@ def test_sync_updates_by_name_and_deactivates_removed_scenarios(db_session, tmp_
     dropped = db_session.scalar(select(Scenario).where(Scenario.name == "zz_drop"))
     assert dropped is not None and dropped.active is False
 
+
+
+def test_sync_reads_adapter_weights_only_when_their_files_change(db_session, tmp_path, monkeypatch):
+    """Every `vidlora enqueue` syncs the scenarios; twenty 27B adapters must not be re-read
+    each time. Unchanged names, sizes and mtimes keep the recorded version."""
+    import os
+
+    from vidlora import scenarios
+    from vidlora.models import Scenario
+
+    adapter = tmp_path / "ad"
+    adapter.mkdir()
+    weights = adapter / "adapter_model.safetensors"
+    weights.write_bytes(b"weights-1")
+    specs = load_scenarios(write(tmp_path, [{"name": "zz_cached", "prompt": "p", "adapter": str(adapter)}]), tmp_path)
+    reads = []
+    real = scenarios.adapter_version
+    monkeypatch.setattr(scenarios, "adapter_version", lambda p: reads.append(p) or real(p))
+
+    row = db_session.get(Scenario, sync_scenarios(db_session, specs)["zz_cached"])
+    first = row.adapter_version
+    sync_scenarios(db_session, specs)
+    sync_scenarios(db_session, specs)
+    assert len(reads) == 1 and row.adapter_version == first
+
+    weights.write_bytes(b"weights-2")  # same size, new content and mtime
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    sync_scenarios(db_session, specs)
+    assert len(reads) == 2 and row.adapter_version != first
