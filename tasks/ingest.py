@@ -56,7 +56,7 @@ def _outcomes(upload: Upload, path: Path, store: MediaStore):
         yield MemberOutcome(upload.name, ItemStatus.REJECTED, not_video_reason(upload.name), None)
         return
     try:
-        stored = store.put_file(path, settings.max_video_bytes)
+        stored = store.adopt_upload(path, settings.max_video_bytes)
     except StoreError as exc:
         yield MemberOutcome(upload.name, ItemStatus.REJECTED, str(exc), None)
         return

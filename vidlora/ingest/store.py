@@ -208,6 +208,43 @@ class MediaStore:
                 raise TooLarge(max_bytes)
             return self.put_stream(f, suffix, max_bytes)
 
+    def adopt_upload(self, path: Path, max_bytes: int) -> StoredFile:
+        """Store a parked upload (a file in this store's ``uploads/``) without writing its bytes
+        again: it is hashed in place and hard-linked under its sha256. The parked file stays
+        until the caller removes it, so a redelivered ingest still finds it. Where the store
+        cannot link (another filesystem, no link support) it is copied as ``put_file`` does."""
+        path = Path(path)
+        suffix = _check_suffix(path.suffix)
+        with path.open("rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path} is not a regular file")
+            if st.st_size > max_bytes:
+                raise TooLarge(max_bytes)
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
+                digest.update(chunk)
+        sha = digest.hexdigest()
+        final = self.video_path(sha, suffix)
+        try:
+            existing = final.stat()
+        except FileNotFoundError:
+            existing = None
+        except OSError as exc:
+            raise StoreError(f"{_describe(exc)}: cannot stat {final}: {exc}") from exc
+        if existing is not None and stat.S_ISREG(existing.st_mode) and existing.st_size == st.st_size:
+            return StoredFile(sha256=sha, path=final, size=st.st_size, existed=True)
+        parent = self._ensure_dir(final.parent)
+        try:
+            final.unlink(missing_ok=True)  # damaged (wrong size): replaced
+            os.link(path, final)
+            _fsync_dir(parent)
+        except FileExistsError:  # a concurrent ingest of the same content linked it first
+            pass
+        except OSError:
+            return self.put_file(path, max_bytes)
+        return StoredFile(sha256=sha, path=final, size=st.st_size, existed=False)
+
     def park_upload(self, stream: BinaryIO, filename: str, max_bytes: int) -> Path:
         """Stream a raw upload (typically an archive) into ``uploads/`` under a fresh name.
 

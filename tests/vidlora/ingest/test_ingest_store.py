@@ -197,3 +197,31 @@ def test_cleanup_temp_removes_only_stale_parts(store: MediaStore) -> None:
     os.utime(stale, (old, old))
     assert store.cleanup_temp(older_than_s=86400) == 1
     assert not stale.exists() and fresh.exists()
+
+
+def test_adopt_upload_stores_a_parked_file_without_writing_it_again(store: MediaStore, monkeypatch) -> None:
+    body = b"parked video bytes" * 1000
+    parked = store.park_upload(io.BytesIO(body), "Clip.MP4", 1 << 20)
+    writes = []
+    real_write = os.write
+    monkeypatch.setattr(store_mod.os, "write", lambda fd, b: writes.append(len(b)) or real_write(fd, b))
+    stored = store.adopt_upload(parked, 1 << 20)
+    assert writes == []  # hashed in place, linked: no byte written
+    assert stored.sha256 == hashlib.sha256(body).hexdigest() and stored.path.read_bytes() == body
+    assert os.stat(parked).st_ino == os.stat(stored.path).st_ino and not stored.existed
+    assert parked.exists()  # kept until ingest has recorded the video (a redelivery needs it)
+    again = store.adopt_upload(parked, 1 << 20)
+    assert again.existed and again.path == stored.path
+
+
+def test_adopt_upload_copies_where_the_store_cannot_link(store: MediaStore, monkeypatch) -> None:
+    parked = store.park_upload(io.BytesIO(b"other bytes"), "x.mkv", 1 << 20)
+
+    def no_links(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(store_mod.os, "link", no_links)
+    stored = store.adopt_upload(parked, 1 << 20)
+    assert stored.path.read_bytes() == b"other bytes" and os.stat(parked).st_ino != os.stat(stored.path).st_ino
+    with pytest.raises(TooLarge):
+        store.adopt_upload(parked, 4)
