@@ -22,9 +22,10 @@ from vidlora.db import session_scope
 from vidlora.ingest.store import MediaStore
 from vidlora.lifecycle import BAD_VIDEO, FINAL_ANALYSIS, AnalysisStatus, FrameSetStatus, VideoStatus
 from vidlora.locks import try_lock
-from vidlora.media.probe import BadVideo, ProbeInfo, probe
+from vidlora.media.ffprobe import FrameTable
+from vidlora.media.frames import frame_table, sample_video
+from vidlora.media.probe import BadVideo, ProbeInfo, probe_with_table
 from vidlora.media.sampling import SamplingPolicy
-from vidlora.media.frames import sample_video
 from vidlora.models import Analysis, FrameSet, Scenario, Video, utcnow
 
 log = logging.getLogger(__name__)
@@ -42,41 +43,43 @@ def _close_analyses(session, video_id: int, status: str, reason: str, scenario_i
         analysis.status, analysis.reason = status, reason
 
 
-def _probe_step(task: VidloraTask, video_id: int) -> tuple[ProbeInfo | None, str | None]:
-    """Returns (probe info, video path) or (None, None) when the video is finished with."""
+def _probe_step(task: VidloraTask, video_id: int) -> tuple[ProbeInfo | None, str | None, FrameTable | None]:
+    """Returns (probe info, video path, frame table if this call probed) or (None, None, None)
+    when the video is finished with."""
     settings = get_settings()
     with session_scope() as session:
         video = session.get(Video, video_id)
         if video is None or video.status in BAD_VIDEO:
-            return None, None
+            return None, None, None
         if not begin_attempt(video, settings.max_attempts, counts=task.is_first_delivery):
             _close_analyses(session, video_id, AnalysisStatus.FAILED, video.reason or "failed")
-            return None, None
-        if video.status == VideoStatus.READY:
+            return None, None, None
+        if video.status == VideoStatus.READY:  # probed by an earlier delivery: its facts are stored
             info = ProbeInfo(**{f: getattr(video, f) for f in PROBE_FIELDS}, bit_rate=None)
-            return info, video.path
+            return info, video.path, None
         video.status = VideoStatus.PROBING
         rel = video.path
     path = settings.media_root / rel
     try:
-        info = probe(path, settings)
+        info, table = probe_with_table(path, settings)
     except BadVideo as exc:
         with session_scope() as session:
             video = session.get(Video, video_id)
             video.status, video.reason = VideoStatus.REJECTED, exc.reason
             _close_analyses(session, video_id, AnalysisStatus.REJECTED, exc.reason)
         log.info("video %s rejected: %s", video_id, exc.reason)
-        return None, None
+        return None, None, None
     with session_scope() as session:
         video = session.get(Video, video_id)
         for field in PROBE_FIELDS:
             setattr(video, field, getattr(info, field))
         video.status, video.reason = VideoStatus.READY, None
-    return info, rel
+    return info, rel, table
 
 
-def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
-    """Sample every policy still needed; return the scenario ids whose analyses became ready."""
+def _frames_step(video_id: int, info: ProbeInfo, rel: str, table: FrameTable | None) -> list[int]:
+    """Sample every policy still needed; return the scenario ids whose analyses became ready.
+    The packets are scanned once per video (here, or by the probe), whatever the policies."""
     settings = get_settings()
     store = MediaStore(settings.media_root)
     with session_scope() as session:
@@ -100,7 +103,14 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
                 session.add(frame_set)
                 session.flush()
             frame_set_id, done = frame_set.id, frame_set.status == FrameSetStatus.DONE
-        if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel):
+        if not done and table is None:
+            try:
+                table = frame_table(settings.media_root / rel, info, settings)
+            except BadVideo as exc:
+                with session_scope() as session:
+                    _close_analyses(session, video_id, AnalysisStatus.REJECTED, exc.reason)
+                return ready
+        if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table):
             continue
         with session_scope() as session:
             for analysis in session.scalars(
@@ -116,12 +126,13 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str) -> list[int]:
     return ready
 
 
-def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel) -> bool:
+def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table) -> bool:
     final_dir = store.frames_dir(video_id, policy.key_hash())
     work_dir = final_dir.with_name(final_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
     try:
-        sampled = sample_video(settings.media_root / rel, policy, work_dir, info=info, settings=settings)
+        sampled = sample_video(settings.media_root / rel, policy, work_dir, info=info, settings=settings,
+                               table=table)
     except BadVideo as exc:
         shutil.rmtree(work_dir, ignore_errors=True)
         with session_scope() as session:
@@ -167,10 +178,10 @@ def prepare_video(self: VidloraTask, video_id: int) -> int:
         # video with nothing left to do, is dropped without counting an attempt.
         if not mine or not _has_work(video_id):
             return 0
-        info, rel = _probe_step(self, video_id)
+        info, rel, table = _probe_step(self, video_id)
         if info is None:
             return 0
-        ready = _frames_step(video_id, info, rel)
+        ready = _frames_step(video_id, info, rel, table)
     if ready:
         messages.dispatch_ready()
     return len(ready)

@@ -67,14 +67,18 @@ class _Attempt:
 
 
 def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeInfo | None = None,
-                 settings: Settings | None = None, backends: list[str] | None = None) -> SampledFrames:
-    """Sample ``path`` by ``policy`` into ``out_dir``; raise ``BadVideo`` if it cannot be done."""
+                 settings: Settings | None = None, backends: list[str] | None = None,
+                 table: FrameTable | None = None) -> SampledFrames:
+    """Sample ``path`` by ``policy`` into ``out_dir``; raise ``BadVideo`` if it cannot be done.
+
+    ``info`` and ``table`` (from ``probe_with_table`` / ``frame_table``) spare a second probe
+    and packet scan; a caller sampling several policies passes the same ones to each call."""
     s = settings or get_settings()
     path, out_dir = Path(path), Path(out_dir)
     if info is None:
         info, table = probe_with_table(path, s)
-    else:
-        table = _frame_table(path, info, s)
+    elif table is None:
+        table = frame_table(path, info, s)
     targets = plan_timestamps(info, policy)
     times = table.times()
     chosen = [max(0, bisect_right(times, t + 1e-9) - 1) for t in targets]
@@ -115,7 +119,8 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
     raise BadVideo(f"decoding failed ({'; '.join(errors)})"[:400])
 
 
-def _frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
+def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
+    """The packet table of a video already probed (``info`` from the database)."""
     from fractions import Fraction
 
     from vidlora.media.ffprobe import probe_header

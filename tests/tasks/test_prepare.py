@@ -1,0 +1,80 @@
+"""tasks.prepare: one delivery probes a video once, scans its packets once, samples each
+sampling policy its scenarios need once (scenarios sharing a policy share the frames), and
+makes every analysis ready; a rejected video rejects its analyses with the probe's reason.
+
+The task runs in this process against the session's real PostgreSQL and Redis."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from tasks.prepare import prepare_video
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.ingest.store import MediaStore
+from vidlora.models import Analysis, Batch, FrameSet, Scenario, Video
+from tests.support.fault_media import tiny_clips
+
+SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]  # 2 policies
+
+
+def _register(path, name: str) -> int:
+    settings = get_settings()
+    stored = MediaStore(settings.media_root).put_file(path, 1 << 30)
+    with session_scope() as session:
+        batch = Batch(name=name, source="cli", scenario_names=SCENARIOS)
+        session.add(batch)
+        session.flush()
+        video = Video(sha256=stored.sha256, path=stored.path.relative_to(settings.media_root).as_posix(),
+                      original_name=path.name, size_bytes=stored.size)
+        session.add(video)
+        session.flush()
+        for scenario in session.scalars(select(Scenario).where(Scenario.name.in_(SCENARIOS))):
+            session.add(Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id))
+        return video.id
+
+
+@pytest.fixture(scope="module")
+def clips(corpus_dir):
+    return tiny_clips(corpus_dir / "tasks", 2, size="96x64")
+
+
+def test_one_delivery_probes_once_scans_once_and_samples_each_policy_once(database, broker, clips, monkeypatch):
+    import importlib
+
+    from vidlora.media import ffprobe
+
+    scans = []
+    real = ffprobe.read_frame_table
+
+    def counted(*args, **kwargs):
+        scans.append(args[0])
+        return real(*args, **kwargs)
+
+    for module in ("vidlora.media.ffprobe", "vidlora.media.frames", "vidlora.media.probe"):
+        monkeypatch.setattr(importlib.import_module(module), "read_frame_table", counted)
+
+    video_id = _register(clips[0], "prepare-once")
+    assert prepare_video(video_id) == 3
+    assert len(scans) == 1
+    with session_scope() as session:
+        video = session.get(Video, video_id)
+        assert video.status == "ready" and video.width == 96 and video.height == 64
+        sets = session.scalars(select(FrameSet).where(FrameSet.video_id == video_id)).all()
+        assert len(sets) == 2 and all(fs.status == "done" and fs.files for fs in sets)
+        rows = session.scalars(select(Analysis).where(Analysis.video_id == video_id)).all()
+        assert {a.status for a in rows} == {"ready"} and {a.frame_set_id for a in rows} == {fs.id for fs in sets}
+    # A duplicate message finds nothing left to do: no probe, no scan, no attempt counted.
+    assert prepare_video(video_id) == 0 and len(scans) == 1
+
+
+def test_a_text_file_named_mp4_is_rejected_with_its_reason_and_so_are_its_analyses(database, broker, tmp_path):
+    fake = tmp_path / "notes.mp4"
+    fake.write_text("field notes, not a video\n" * 20)
+    video_id = _register(fake, "prepare-text")
+    assert prepare_video(video_id) == 0
+    with session_scope() as session:
+        video = session.get(Video, video_id)
+        assert video.status == "rejected" and "not a video" in video.reason
+        rows = session.scalars(select(Analysis).where(Analysis.video_id == video_id)).all()
+        assert len(rows) == 3 and all(a.status == "rejected" and a.reason == video.reason for a in rows)
