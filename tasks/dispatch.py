@@ -24,7 +24,7 @@ from vidlora.heartbeats import alive_since
 from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AdapterStatus, AnalysisStatus, WorkerStatus
 from vidlora.models import Analysis, FrameSet, Scenario, Worker
 from vidlora.scenarios import Generation
-from workers.dispatcher import ReadyAnalysis, WorkerView, choose_worker, group_by_adapter, should_send
+from vidlora.engine_batches import ReadyAnalysis, WorkerView, choose_worker, group_by_adapter, should_send
 
 log = logging.getLogger(__name__)
 

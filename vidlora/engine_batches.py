@@ -1,6 +1,8 @@
-"""Group ready analyses into GPU batches by adapter, and pick the worker for each batch.
+"""Engine batches: group ready analyses by adapter into the batches one GPU worker runs as
+one engine submission, and pick the worker for each.
 
-Pure functions over plain values: the dispatch task gathers rows, this module decides.
+"Engine batch" is this unit; a "batch" elsewhere (``vidlora.models.Batch``) is what a user
+uploaded. Pure functions over plain values: the dispatch task gathers rows, this decides.
 
 Why group by adapter: vLLM holds at most ``max_loras`` adapters in GPU slots; a batch that
 mixes more adapters than slots, or arrival-order traffic over many adapters, makes the

@@ -1,8 +1,8 @@
-"""workers.dispatcher: grouping by adapter, batch caps, waiting, worker affinity."""
+"""vidlora.engine_batches: grouping by adapter, engine-batch caps, waiting, worker affinity."""
 
 from datetime import datetime, timedelta, timezone
 
-from workers.dispatcher import (
+from vidlora.engine_batches import (
     ReadyAnalysis, WorkerView, choose_worker, estimate_tokens, group_by_adapter, should_send,
 )
 
