@@ -14,7 +14,7 @@ Issue 4. One run, one set of inputs (N analyses = N/3 generated videos x the 3 s
      call with every request.
   D  adapter loads: the same requests run through ``EngineHost`` with ``max_loras`` below the
      number of adapters, batched (a) in arrival order (ready order from A, chunks of
-     ``batch_max_requests``) and (b) by ``workers.dispatcher.group_by_adapter``. Loads are
+     ``batch_max_requests``) and (b) by ``vidlora.engine_batches.group_by_adapter``. Loads are
      counted inside vLLM (LoRA model manager: device-slot activations, host-cache loads from
      disk) and by ``EngineHost.adapter_loads``; reported per 100 analyses. Each order starts
      with no adapter loaded.
@@ -37,7 +37,6 @@ import os
 import platform
 import statistics
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,10 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support.workers import WorkerProcess, wait_for  # noqa: E402  (the one process harness)
+from vidlora.lifecycle import FINAL_ANALYSIS  # noqa: E402
+
 PG_ADMIN_URL = os.environ.get("VIDLORA_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("VIDLORA_BENCH_REDIS", "redis://127.0.0.1:6379")
 SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
-FINAL = ("done", "failed", "rejected")
 
 
 # -- services and workers (shared with bench/rss.py) -----------------------------------------
@@ -87,7 +88,7 @@ class Services:
             from workers import tiny_model
 
             tiny_model.build(tiny)
-        self.workers: list[Worker] = []
+        self.workers: list[WorkerProcess] = []
 
     def __enter__(self) -> "Services":
         import redis
@@ -106,8 +107,8 @@ class Services:
         scenarios.sync()
         return self
 
-    def start_worker(self, kind: str, *args: str, env: dict[str, str] | None = None) -> "Worker":
-        worker = Worker(kind, self.run_dir / f"worker-{kind}-{len(self.workers)}.log", args, env)
+    def start_worker(self, kind: str, *args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(kind, self.run_dir / f"worker-{kind}-{len(self.workers)}.log", extra_env=env, args=args)
         self.workers.append(worker)
         return worker
 
@@ -129,54 +130,6 @@ class Services:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{self.db_name}"'))
         admin.dispose()
         subprocess.run(["rm", "-rf", str(self.run_dir)], check=False)
-
-
-class Worker:
-    """A real ``vidlora worker KIND`` subprocess (own process group), log to a file."""
-
-    def __init__(self, kind: str, log_path: Path, args=(), env: dict[str, str] | None = None):
-        self.kind, self.log_path = kind, log_path
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker", kind, *args], cwd=ROOT,
-            env={**os.environ, **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 900) -> float:
-        t0 = time.monotonic()
-        wait_for(lambda: " ready." in self.log() or self.proc.poll() is not None, timeout, f"{self.kind} worker")
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"{self.kind} worker exited:\n{self.log()[-4000:]}")
-        return time.monotonic() - t0
-
-    def pids(self) -> list[int]:
-        """The worker's main process and its children (prefork pool)."""
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
-        return [self.proc.pid, *(int(p) for p in out.split())]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        self._log.close()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def unique_videos(out_dir: Path, count: int, names: list[str] | None = None) -> list[Path]:
@@ -211,9 +164,9 @@ def batch_counts(batch_id: int) -> Counter:
 def wait_batch(batch_id: int, expected: int, timeout: float) -> Counter:
     def finished():
         counts = batch_counts(batch_id)
-        return counts if sum(counts[s] for s in FINAL) >= expected else None
+        return counts if sum(counts[s] for s in FINAL_ANALYSIS) >= expected else None
 
-    return wait_for(finished, timeout, f"batch {batch_id}", interval=0.2)
+    return wait_for(finished, timeout, 0.2, f"batch {batch_id}")
 
 
 def machine() -> dict[str, Any]:
@@ -305,8 +258,8 @@ def phase_system(args, svc: Services, results: dict[str, Any]) -> tuple[int, lis
     warm, videos = videos[:1], videos[1:]
     cpu = svc.start_worker("cpu", "--concurrency", str(args.cpu_concurrency))
     gpu = svc.start_worker("gpu", env={"VIDLORA_WORKER_NAME": "bench-gpu-0"})
-    cpu.wait_ready()
-    results["gpu_worker_start_s"] = round(gpu.wait_ready(), 1)
+    cpu.wait_ready(900)
+    results["gpu_worker_start_s"] = round(gpu.wait_ready(900), 1)
     # Warm-up (not timed): the first batch of each adapter pays one-off costs.
     warm_id, _ = submit_paths(warm, SCENARIOS, "bench warm-up")
     wait_batch(warm_id, len(SCENARIOS), 900)
@@ -315,7 +268,7 @@ def phase_system(args, svc: Services, results: dict[str, Any]) -> tuple[int, lis
     mark = len(gpu.log())
     t0 = time.perf_counter()
     batch_id, _ = submit_paths(videos, SCENARIOS, "bench pipeline")
-    counts = wait_batch(batch_id, n_videos * len(SCENARIOS), 3600)
+    wait_batch(batch_id, n_videos * len(SCENARIOS), 3600)
     e2e = time.perf_counter() - t0
     reqs = requests_of(batch_id)
     results["A_failures"] = failures(batch_id)
@@ -330,7 +283,7 @@ def phase_system(args, svc: Services, results: dict[str, Any]) -> tuple[int, lis
     return batch_id, reqs
 
 
-def run_b(batch_id: int, n: int, gpu: "Worker") -> dict[str, Any]:
+def run_b(batch_id: int, n: int, gpu: WorkerProcess) -> dict[str, Any]:
     """B once: the batch's analyses back to ``ready`` (frames kept), then dispatch -> stored."""
     from sqlalchemy import func, select
 
@@ -374,7 +327,7 @@ def _aware_min_queue(batch_id: int) -> datetime:
 
 
 def _ready(item: dict[str, Any]):
-    from workers.dispatcher import ReadyAnalysis
+    from vidlora.engine_batches import ReadyAnalysis
 
     r = dict(item["ready"])
     since = datetime.fromisoformat(r["ready_since"])
@@ -384,7 +337,7 @@ def _ready(item: dict[str, Any]):
 
 def dispatcher_batches(items: list[dict[str, Any]], settings) -> list[list[int]]:
     """Positions in ``items`` of each batch ``group_by_adapter`` makes (as dispatch sends them)."""
-    from workers.dispatcher import group_by_adapter
+    from vidlora.engine_batches import group_by_adapter
 
     pos = {it["ready"]["id"]: k for k, it in enumerate(items)}
     grouped = group_by_adapter([_ready(it) for it in items], settings.batch_max_requests, settings.batch_max_tokens)
@@ -403,7 +356,7 @@ def _request(d: dict[str, Any]):
     return AnalysisRequest(**d)
 
 
-def phase_bare(args, batch_id: int, items: list[dict[str, Any]], gpu: "Worker", results: dict[str, Any]) -> None:
+def phase_bare(args, batch_id: int, items: list[dict[str, Any]], gpu: WorkerProcess, results: dict[str, Any]) -> None:
     from vidlora.config import get_settings
     from workers.engine_host import EngineHost
     from vidlora.engine_io import build_input, sampling_params
@@ -632,7 +585,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         "Same requests through `EngineHost`, batches of `batch_max_requests` "
         f"({results['batch_max_requests']}); arrival order = ready order from A (adapters mixed in "
-        "every batch) vs `workers.dispatcher.group_by_adapter`. Counted in vLLM's LoRA manager "
+        "every batch) vs `vidlora.engine_batches.group_by_adapter`. Counted in vLLM's LoRA manager "
         "(slot = device-slot activation, disk = adapter read into the host cache; host cache "
         "= max_loras so both show) and by `EngineHost.adapter_loads`. Each order starts cold.",
         "",

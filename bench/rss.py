@@ -33,7 +33,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -157,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         results["clip_generation_s"] = round(time.perf_counter() - t0, 1)
         cpu = svc.start_worker("cpu", "--concurrency", str(args.cpu_concurrency))
         gpu = svc.start_worker("gpu", env={"VIDLORA_WORKER_NAME": "rss-gpu-0"})
-        cpu.wait_ready()
-        gpu.wait_ready()
+        cpu.wait_ready(900)
+        gpu.wait_ready(900)
         cpu_children0 = children(cpu.proc.pid)
         results["rss_at_ready_kib"] = {"gpu": rss_kib(gpu.proc.pid), "cpu_main": rss_kib(cpu.proc.pid),
                                        "cpu_children": [rss_kib(p) for p in cpu_children0]}
@@ -263,8 +262,8 @@ def write_markdown(r: dict[str, Any], path: Path) -> None:
         "",
         f"Reached: **{r['videos_sampled']} sampled videos, {r['analyses_finished']} finished analyses** of "
         f"{r['videos_requested']} requested in {r['wall_s']} s"
-        + ("" if r["completed"] else f" (stopped at the time cap; to run all: the command above with "
-                                     f"`--max-minutes 60`)") + f". Statuses: {r['analysis_statuses']}.",
+        + ("" if r["completed"] else " (stopped at the time cap; to run all: the command above with "
+                                     "`--max-minutes 60`)") + f". Statuses: {r['analysis_statuses']}.",
         "",
         "| process | first MiB | middle MiB | last MiB | max MiB | max growth % | last growth % | samples |",
         "|---|---|---|---|---|---|---|---|",

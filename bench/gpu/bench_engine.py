@@ -6,7 +6,7 @@
 
 One engine (built through vidlora's ``EngineHost``, so the worker's own engine arguments
 are what is measured) serves every phase: no LoRA, one adapter, three adapters mixed, three
-grouped by ``workers.dispatcher.group_by_adapter``, ``EngineHost.generate`` against a bare
+grouped by ``vidlora.engine_batches.group_by_adapter``, ``EngineHost.generate`` against a bare
 ``llm.generate`` of the same requests, prefill-only batches for MFU, a torch.profiler
 kernel table, and 20 adapters resident with the swap-in cost. The engine runs in this
 process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees its kernels and the
@@ -293,7 +293,7 @@ class Bench:
 
     def dispatcher_batches(self, reqs: list) -> list[list]:
         """Split like tasks.dispatch does: group_by_adapter with the worker's settings."""
-        from workers.dispatcher import ReadyAnalysis, group_by_adapter
+        from vidlora.engine_batches import ReadyAnalysis, group_by_adapter
 
         t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
         by_key = {r.request_key: r for r in reqs}

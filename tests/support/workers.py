@@ -1,5 +1,6 @@
 """The one harness for real worker processes: start `vidlora worker ...` subprocesses with
-their logs captured, wait on conditions with a diagnosis on timeout, stop them."""
+their logs captured, wait on conditions with a diagnosis on timeout, stop them. The test
+suite and the benchmarks (bench/pipeline.py, bench/rss.py) both use it."""
 
 from __future__ import annotations
 
@@ -57,10 +58,13 @@ class WorkerProcess:
         tail = [line[:400] for line in self.log().splitlines()[-lines:]]
         return f"--- {self.kind} worker pid {self.proc.pid} ({state}), {self.log_path.name}:\n" + "\n".join(tail)
 
-    def wait_ready(self, timeout: float = 120) -> None:
+    def wait_ready(self, timeout: float = 120) -> float:
+        """Seconds until the worker said it is ready (benchmarks report them)."""
+        t0 = time.monotonic()
         wait_for(lambda: " ready." in self.log() or self.proc.poll() is not None, timeout, what=f"{self.kind} worker")
         if self.proc.poll() is not None:
             raise AssertionError(f"{self.kind} worker exited:\n{self.log()[-4000:]}")
+        return time.monotonic() - t0
 
     def child_pids(self) -> list[int]:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
