@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid

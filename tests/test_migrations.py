@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text

@@ -5,7 +5,6 @@ analyses and results directly through the models."""
 from __future__ import annotations
 
 import io
-import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,10 @@ from PIL import Image
 
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from tests.support.web import PASSWORD, csrf_token, login
 from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, User, Video, Worker, utcnow
 
-PASSWORD = "correct horse battery"
 SCENARIOS = ("artifact_identification", "tomb_structure", "murals_inscriptions")
-_META_CSRF = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 
 
 @pytest.fixture(scope="session")
@@ -41,18 +39,6 @@ def reviewer(database) -> str:
     with session_scope() as session:
         create_user(session, "reviewer", PASSWORD)
     return "reviewer"
-
-
-def csrf_token(client, path: str = "/upload/") -> str:
-    page = client.get(path)
-    match = _META_CSRF.search(page.get_data(as_text=True))
-    assert match, f"no CSRF token on {path} ({page.status_code})"
-    return match.group(1)
-
-
-def login(client, username: str, password: str = PASSWORD):
-    token = csrf_token(client, "/auth/login")
-    return client.post("/auth/login", data={"username": username, "password": password, "csrf_token": token})
 
 
 @pytest.fixture()

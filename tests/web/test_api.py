@@ -7,7 +7,7 @@ import re
 import pytest
 from sqlalchemy import select
 
-from tests.web.conftest import PASSWORD
+from tests.support.web import PASSWORD
 from vidlora.db import session_scope
 from vidlora.models import Batch, Result, Upload
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import csrf_token, login
+from tests.support.web import csrf_token, login
 
 
 @pytest.mark.parametrize("path", ["/upload/", "/batches/", "/batches/1", "/videos/1", "/results/",

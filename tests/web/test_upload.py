@@ -110,7 +110,7 @@ def test_upload_requires_csrf(logged_in_client):
 
 
 def test_upload_requires_login(client, database):
-    from tests.web.conftest import csrf_token
+    from tests.support.web import csrf_token
 
     token = csrf_token(client, "/auth/login")  # an anonymous session's valid token
     response = client.post("/upload/", data={"csrf_token": token})

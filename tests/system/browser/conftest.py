@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.env import ROOT
+from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
 from tests.support.workers import module_gpu_worker
 
 CHROMIUM = os.environ.get("VIDLORA_CHROMIUM", "/usr/bin/chromium")
@@ -25,8 +26,6 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-REVIEWER = "browser-reviewer"
-PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture(scope="session")

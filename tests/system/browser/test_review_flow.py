@@ -16,12 +16,11 @@ import re
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.system.browser.conftest import PASSWORD, REVIEWER
+from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
 from tests.support.workers import describe_workers
 from vidlora.samples import generate_samples
 

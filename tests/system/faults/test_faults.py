@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.support.workers import wait_for
-from tests.system.faults.conftest import Stack, record
+from tests.support.fault_stack import Stack, record
 from tests.support.fault_media import long_gop_clip, tiny_clips, write_tar, write_zip
 
 pytestmark = [pytest.mark.faults, pytest.mark.engine, pytest.mark.timeout(3000)]  # above HARD_FACTOR x the bounds

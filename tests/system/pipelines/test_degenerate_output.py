@@ -23,7 +23,7 @@ from sqlalchemy import select
 from tests.support.env import ROOT
 from tests.support.workers import wait_for
 from tests.support.batch_rows import batch_rows
-from tests.workers.test_engine_host import make_overflow_adapter
+from tests.support.faulty_adapters import make_overflow_adapter
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.engine

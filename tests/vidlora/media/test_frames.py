@@ -7,7 +7,6 @@ tests check the *content* of each JPEG, not only the timestamp a backend claims.
 from __future__ import annotations
 
 import bisect
-import os
 import sys
 import time
 from pathlib import Path

@@ -1,0 +1,22 @@
+"""Signing in to the web app from a test: the reviewer accounts' passwords and the CSRF
+token every form post needs (read from the page's meta tag, as the browser does)."""
+from __future__ import annotations
+
+import re
+
+PASSWORD = "correct horse battery"  # the web tests' reviewer
+BROWSER_REVIEWER = "browser-reviewer"
+BROWSER_PASSWORD = "correct horse battery staple"
+_META_CSRF = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
+
+
+def csrf_token(client, path: str = "/upload/") -> str:
+    page = client.get(path)
+    match = _META_CSRF.search(page.get_data(as_text=True))
+    assert match, f"no CSRF token on {path} ({page.status_code})"
+    return match.group(1)
+
+
+def login(client, username: str, password: str = PASSWORD):
+    token = csrf_token(client, "/auth/login")
+    return client.post("/auth/login", data={"username": username, "password": password, "csrf_token": token})
