@@ -17,8 +17,6 @@ from tests.support.faulty_adapters import make_overflow_adapter
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
 
-import shutil  # noqa: E402
-
 from workers import tiny_model  # noqa: E402
 from vidlora.engine_io import (  # noqa: E402
     AnalysisRequest,
