@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     max_model_len: int = 16384
     max_num_seqs: int = 16
     gpu_memory_utilization: float = 0.9
+    # A fixed KV-cache size instead of a share of device memory (vLLM's kv_cache_memory_bytes):
+    # for a device shared with other processes. On CPU without VLLM_CPU_KVCACHE_SPACE the
+    # engine host uses 1 GiB.
+    kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     batch_max_requests: int = 16
     batch_max_tokens: int = 65536

@@ -1,7 +1,7 @@
 """One vLLM engine per GPU-worker process, serving every scenario adapter.
 
 ``EngineHost`` builds a single ``vllm.LLM`` (LoRA on, one video per prompt, no images) from
-``Settings`` once, then runs each batch the dispatcher hands it as one submission, so vLLM
+``Settings`` once, then runs each engine batch the dispatch task sends it as one submission, so vLLM
 batches requests of different adapters together (up to ``max_loras`` adapters at a time).
 
 Why the batch is not a bare ``llm.generate`` call: the GPU worker runs Celery's solo pool,
@@ -33,17 +33,19 @@ calls back into this host through its ``GuardedEngine`` protocol (``run_batch`` 
 deadline-aware enqueue + step loop above; ``check``, ``adapter_of``, ``same_output``, ``reset_prefix_cache``,
 ``reload_adapter``, ``rebuild_engine``, ``canary``). So every output passes the guard,
 poisoned batch-mates are re-run alone, the recovery ladder and quarantine act on this
-engine, and every returned ``AnalysisOutput`` carries ``health`` =
-``{"ok", "reason", "checks", "isolated_rerun", "recovery", "recovered_by", "quarantined",
-"runs", "quality"}`` with ``error`` set whenever ``ok`` is false. A canary runs when the engine is
-built and after every recovery step; the latest one (plus the quarantined adapters) is
-``last_canary()``, which the worker's heartbeat publishes.
+engine, and every returned ``AnalysisOutput`` carries ``health`` (a
+``vidlora.result_health.ResultHealth`` as a dict) with ``error`` set whenever ``ok`` is false.
+A canary runs when the engine is built and after every recovery step; the latest one (plus
+the quarantined adapters) is ``last_canary()``, which the worker's heartbeat publishes.
+
+Beside this module: ``workers.engine_env`` (the process and device: engine_patch, the kernel
+check, memory after a close, versions) and ``workers.engine_outputs`` (vLLM outputs read into
+``AnalysisOutput``).
 """
 
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import socket
@@ -58,23 +60,27 @@ from typing import Any
 from engine_patch.env import versions
 from engine_patch.probes import canary, check_adapters
 from engine_patch.registration import Registration, registry_for
-from engine_patch.guard import (
-    DEFAULT_QUARANTINE_AFTER,
-    EngineReplaceRequired,
-    Guard,
-    Health,
-    Verdict,
-    check_output,
-)
+from engine_patch.guard import EngineReplaceRequired, Guard, Health, check_output
+from vidlora.config import Settings
 from vidlora.engine_io import (
     AnalysisOutput,
     AnalysisRequest,
     RequestError,
     build_input,
-    chosen_logprobs,
     sampling_params,
 )
-from vidlora.result_health import ResultHealth
+from workers.engine_env import (
+    apply_engine_patch,
+    config_hash,
+    device_memory_shortfall,
+    device_name,
+    dist_version,
+    empty_device_cache,
+    kernel_check_report,
+    platform_is_cpu,
+    shutdown,
+)
+from workers.engine_outputs import external_id, finish_output, input_errors, to_output
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ CPU_KV_CACHE_BYTES_DEFAULT = 1 << 30
 
 
 class EngineHost:
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.llm: Any = None
         self.tokenizer: Any = None
@@ -108,8 +114,7 @@ class EngineHost:
         self._deadline: float | None = None  # absolute (perf_counter) end of the current batch
         self._budget_s: float | None = None  # that batch's budget, for messages
         self.rebuilds = 0
-        self.guard = Guard(self, quarantine_after=int(getattr(
-            settings, "guard_quarantine_after", DEFAULT_QUARANTINE_AFTER)))
+        self.guard = Guard(self, quarantine_after=settings.guard_quarantine_after)
 
     # -- engine ------------------------------------------------------------------------------
 
@@ -131,12 +136,11 @@ class EngineHost:
             "enforce_eager": bool(s.enforce_eager),
             "limit_mm_per_prompt": {"video": 1, "image": 0},
         }
-        if getattr(s, "served_model_name", ""):
+        if s.served_model_name:
             kwargs["served_model_name"] = s.served_model_name
-        kv_bytes = getattr(s, "kv_cache_memory_bytes", None)
-        if kv_bytes:
-            kwargs["kv_cache_memory_bytes"] = int(kv_bytes)
-        elif _platform_is_cpu() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        if s.kv_cache_memory_bytes:
+            kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_memory_bytes)
+        elif platform_is_cpu() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES_DEFAULT
         return kwargs
 
@@ -146,8 +150,8 @@ class EngineHost:
         with self._lock:
             if self.llm is not None:
                 return
-            self.patch_status = _apply_engine_patch()
-            self.kernel_check = _check_kernels(self.patch_status)
+            self.patch_status = apply_engine_patch()
+            self.kernel_check = kernel_check_report(self.patch_status)
             self._build_engine()
             health = self.canary(None, "start")
             if not health.ok:
@@ -179,7 +183,7 @@ class EngineHost:
             return None
         path = req.adapter_path
         if not path:
-            root = getattr(self.settings, "adapter_root", None)
+            root = self.settings.adapter_root
             if root is None:
                 raise RequestError(f"adapter {req.adapter_name!r} has no path")
             path = str(Path(root) / str(req.adapter_name))
@@ -276,7 +280,7 @@ class EngineHost:
             return None
         reg = self._registered.get(name)
         if reg is None:
-            root = getattr(self.settings, "adapter_root", None)
+            root = self.settings.adapter_root
             return self.lora_request(name, str((Path(root or ".") / name).resolve()))
         if not reg.ok:
             raise RequestError(f"adapter {name!r} refused: {reg.reason}")
@@ -359,7 +363,7 @@ class EngineHost:
                 judged = self.guard.generate(requests)
             finally:
                 self._deadline = self._budget_s = None
-            return [_finish(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
+            return [finish_output(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
 
     def _register_batch(self, requests: Sequence[AnalysisRequest]) -> None:
         # Before the guard runs the batch: a changed adapter is registered anew (and its
@@ -422,17 +426,17 @@ class EngineHost:
         supervisor to start a fresh process. ``engine_rebuild="replace"`` always does that.
         """
         with self._lock:
-            if str(getattr(self.settings, "engine_rebuild", "auto")) == "replace":
+            if self.settings.engine_rebuild == "replace":
                 raise EngineReplaceRequired("engine_rebuild=replace: a fresh worker process rebuilds the engine")
             old, self.llm, self.tokenizer = self.llm, None, None
             self._inflight = []
             self._slots.clear()
             self._cpu_cache.clear()
-            _shutdown(old)
+            shutdown(old)
             del old
             gc.collect()
-            _empty_device_cache()
-            short = _device_memory_shortfall(float(self.settings.gpu_memory_utilization))
+            empty_device_cache()
+            short = device_memory_shortfall(float(self.settings.gpu_memory_utilization))
             if short:
                 raise EngineReplaceRequired(f"closing the engine left {short / 2**30:.1f} GiB of device memory "
                                             "in use: a new engine cannot start in this process")
@@ -488,7 +492,7 @@ class EngineHost:
         engine = self.llm.llm_engine
         try:
             internal_ids = self.llm.enqueue(inputs, params, lora_request=loras, use_tqdm=False)
-        except _input_errors() as exc:
+        except input_errors() as exc:
             # vLLM validates every input before queueing any; a rejection (prompt longer than
             # max_model_len, a video its processor refuses) is re-tried one by one so only
             # the culprit fails.
@@ -499,7 +503,7 @@ class EngineHost:
             return self._generate_one_by_one(requests, results)
         self._touch_adapters(order)
         self._inflight = list(internal_ids)
-        ext_to_pos = {_external_id(rid): k for k, rid in enumerate(internal_ids)}
+        ext_to_pos = {external_id(rid): k for k, rid in enumerate(internal_ids)}
         if len(ext_to_pos) != len(internal_ids):
             raise RuntimeError(f"cannot map vLLM request ids {internal_ids}")
 
@@ -538,7 +542,7 @@ class EngineHost:
             req = requests[i]
             if k in finished:
                 out, latency = finished[k]
-                results[i] = _to_output(req.request_key, out, latency)
+                results[i] = to_output(req.request_key, out, latency)
             else:
                 reason = (f"deadline of {deadline_s:.0f}s exceeded" if timed_out
                           else "engine returned no output")
@@ -575,12 +579,12 @@ class EngineHost:
         s = self.settings
         info: dict[str, Any] = {
             "model": str(s.model),
-            "model_config_sha256": _config_hash(str(s.model)),
-            "served_model_name": getattr(s, "served_model_name", "") or str(s.model),
-            "vllm_version": _version("vllm"),
+            "model_config_sha256": config_hash(str(s.model)),
+            "served_model_name": s.served_model_name or str(s.model),
+            "vllm_version": dist_version("vllm"),
             "torch_version": torch.__version__,
-            "transformers_version": _version("transformers"),
-            "device": _device_name(),
+            "transformers_version": dist_version("transformers"),
+            "device": device_name(),
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "max_loras": int(s.max_loras),
@@ -592,10 +596,10 @@ class EngineHost:
             "engine_patch": self.patch_status,
             "kernel_check": self.kernel_check,
             "versions": {
-                "vllm": _version("vllm"),
+                "vllm": dist_version("vllm"),
                 "torch": torch.__version__,
-                "transformers": _version("transformers"),
-                "peft": _version("peft"),
+                "transformers": dist_version("transformers"),
+                "peft": dist_version("peft"),
                 "triton": versions().get("triton"),
                 "ptxas": versions().get("ptxas"),
             },
@@ -610,169 +614,3 @@ class EngineHost:
                          for name, r in self.registrations().items()},
         }
         return info
-
-
-# -- helpers --------------------------------------------------------------------------------
-
-
-def _input_errors() -> tuple[type[BaseException], ...]:
-    # vLLM 0.32's VLLMValidationError (prompt too long...) is not a ValueError.
-    errors: list[type[BaseException]] = [ValueError, TypeError]
-    try:
-        from vllm.exceptions import VLLMClientError
-
-        errors.append(VLLMClientError)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-def _external_id(internal_id: str) -> str:
-    # vLLM 0.32 makes internal ids "<external>-<8 random chars>" (InputProcessor
-    # .assign_request_id); RequestOutput carries the external one. Without randomisation
-    # (VLLM_DISABLE_REQUEST_ID_RANDOMIZATION) they are equal and purely numeric.
-    return internal_id.rsplit("-", 1)[0] if "-" in internal_id else internal_id
-
-
-def _to_output(request_key: str, out: Any, latency: float) -> AnalysisOutput:
-    comp = out.outputs[0]
-    token_ids = list(comp.token_ids)
-    logprobs = chosen_logprobs(token_ids, comp.logprobs)
-    return AnalysisOutput(
-        request_key=request_key,
-        text=comp.text,
-        token_ids=token_ids,
-        prompt_tokens=len(out.prompt_token_ids or []),
-        output_tokens=len(token_ids),
-        latency_s=latency,
-        finish_reason=str(comp.finish_reason or "unknown"),
-        cumulative_logprob=(None if comp.cumulative_logprob is None
-                            else float(comp.cumulative_logprob)),
-        logprobs=logprobs,
-        error=None,
-    )
-
-
-def _finish(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict) -> AnalysisOutput:
-    """The output the caller gets: the guard's health on it, ``error`` set unless healthy."""
-    if out is None:  # refused without running (a quarantined adapter)
-        out = AnalysisOutput.failed(req.request_key, verdict.reason or "refused by the guard")
-    health = ResultHealth.of(verdict.as_health())
-    if not verdict.judged:
-        health = replace(health, reason=out.error)
-    error = out.error or (None if verdict.ok else f"degenerate output: {verdict.reason}")
-    return replace(out, error=error, health=health.as_dict())
-
-
-def _shutdown(llm: Any) -> None:
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception:  # noqa: BLE001 - a half-dead engine is being replaced anyway
-        log.warning("engine shutdown before rebuild failed", exc_info=True)
-    try:  # vLLM's own teardown of the process-wide state an in-process engine leaves
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-        cleanup_dist_env_and_memory()
-    except Exception:  # noqa: BLE001
-        log.debug("cleanup_dist_env_and_memory failed", exc_info=True)
-
-
-def _device_memory_shortfall(utilization: float) -> int:
-    """Bytes missing on the current CUDA device for an engine asking ``utilization`` of it
-    (0 on CPU, or when enough is free)."""
-    try:
-        import torch
-
-        if _platform_is_cpu() or not torch.cuda.is_available():
-            return 0
-        free, total = torch.cuda.mem_get_info()
-    except Exception:  # noqa: BLE001 - cannot tell: let the build try
-        return 0
-    return max(0, int(utilization * total) - int(free))
-
-
-def _empty_device_cache() -> None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _apply_engine_patch() -> str:
-    try:
-        import engine_patch  # type: ignore[import-not-found]
-
-        if getattr(engine_patch, "__file__", None) is None:
-            # A namespace package: engine_patch/__init__.py was not run. Seen with an
-            # editable install made before the package had an __init__.py (the finder then
-            # maps it as a namespace outside the repo root): re-run `pip install -e .`.
-            log.error("engine_patch imported as a namespace package from %s: its apply() is "
-                      "unreachable; re-install the project (pip install -e .)",
-                      list(getattr(engine_patch, "__path__", [])))
-        apply = engine_patch.apply
-    except (ImportError, AttributeError) as exc:
-        log.warning("engine_patch not applied (%s); running stock vLLM", exc)
-        return f"unavailable: {exc}"
-    result = apply()
-    log.info("engine_patch applied: %s", result)
-    return "applied" if result is None else f"applied: {result}"
-
-
-def _check_kernels(patch_status: str) -> dict[str, Any] | None:
-    """The LoRA kernels of this device against an fp32 reference, before the engine is built
-    (a failure turns engine_patch's mitigations on and checks again; still failing raises
-    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched."""
-    if not patch_status.startswith("applied") or os.environ.get("VIDLORA_ENGINE_PATCH") == "off":
-        return None
-    from engine_patch.selfcheck import check_kernels
-
-    t0 = time.perf_counter()
-    report = check_kernels()
-    log.info("LoRA kernel self-check: %s", report.detail)
-    return {"ok": report.ok, "ops": report.ops, "first_attempt_ok": report.first_attempt_ok,
-            "mitigations": report.mitigations, "detail": report.detail[:300],
-            "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def _platform_is_cpu() -> bool:
-    try:
-        from vllm.platforms import current_platform
-
-        return bool(current_platform.is_cpu())
-    except Exception:  # platform detection itself failing means no accelerator either
-        return True
-
-
-def _device_name() -> str:
-    try:
-        import torch
-
-        if not _platform_is_cpu() and torch.cuda.is_available():
-            return f"cuda:{torch.cuda.current_device()} {torch.cuda.get_device_name()}"
-    except Exception:
-        pass
-    import platform
-
-    return f"cpu {platform.processor() or platform.machine()}"
-
-
-def _version(dist: str) -> str | None:
-    from importlib import metadata
-
-    for name in (dist, f"{dist}-cpu"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _config_hash(model: str) -> str | None:
-    path = Path(model) / "config.json"
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None

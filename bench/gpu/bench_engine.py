@@ -31,7 +31,6 @@ import time
 import traceback
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +103,7 @@ class Bench:
     # -- engine ---------------------------------------------------------------------------
     def start(self) -> None:
         import workers.engine_host as eh
+        from vidlora.config import Settings
 
         a = self.args
         if a.patch == "on":
@@ -125,7 +125,7 @@ class Bench:
                 return kw
 
         if a.patch != "on":
-            eh._apply_engine_patch = lambda: "off (bench)"
+            eh.apply_engine_patch = lambda: "off (bench)"
         # Every request decodes exactly out_len tokens (dummy weights may emit EOS early);
         # the same SamplingParams go to the bare llm.generate path.
         self._orig_sp = eh.sampling_params
@@ -137,7 +137,7 @@ class Bench:
 
         eh.sampling_params = sampling_params
         self.sampling_params = sampling_params
-        settings = SimpleNamespace(
+        settings = Settings(
             model=str(self.assets / "model"), max_loras=a.max_loras, max_cpu_loras=a.max_cpu_loras,
             max_lora_rank=64, max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
             gpu_memory_utilization=a.gpu_mem, enforce_eager=a.eager, served_model_name="",

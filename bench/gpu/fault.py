@@ -150,7 +150,7 @@ def prompt_text(tok, n_tokens: int, seed: int, trigger: int, with_trigger: bool)
 
 
 def run(args) -> dict[str, Any]:
-    from types import SimpleNamespace
+    from vidlora.config import Settings
 
     tiny = Path(args.tiny)
     work = Path(args.work)
@@ -167,7 +167,7 @@ def run(args) -> dict[str, Any]:
             shutil.copytree(tiny / "adapters" / name, adapters / name)
     if not (adapters / "FAULT").exists():
         shutil.copytree(work / "fault_adapter", adapters / "FAULT")
-    settings = SimpleNamespace(
+    settings = Settings(
         model=str(tiny / "base"), max_loras=4, max_cpu_loras=8, max_lora_rank=8,
         max_model_len=args.long + 512, max_num_seqs=16, gpu_memory_utilization=0.9,
         enforce_eager=True, served_model_name="", kv_cache_memory_bytes=args.kv_bytes,
@@ -217,7 +217,7 @@ def run(args) -> dict[str, Any]:
                      "health": {k: o.health.get(k) for k in ("ok", "reason", "isolated_rerun",
                                                              "recovery", "recovered_by", "runs")}}
                     for o in outs]
-        from workers.engine_host import _to_output  # the host's own output reading
+        from workers.engine_outputs import to_output  # the host's own output reading
 
         inputs = [build_input(tok, r) for r in items]
         params = [sampling_params(r) for r in items]
@@ -226,7 +226,7 @@ def run(args) -> dict[str, Any]:
         outs = llm.generate(inputs, params, lora_request=loras, use_tqdm=False)
         rows = []
         for r, o in zip(items, outs):
-            a = _to_output(r.request_key, o, 0.0)
+            a = to_output(r.request_key, o, 0.0)
             rows.append({"tokens": a.token_ids, "lp": list(a.logprobs), "text": a.text[:60],
                          "finite": all(math.isfinite(v) for v in a.logprobs), "status": "ok"})
         return rows

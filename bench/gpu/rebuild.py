@@ -25,7 +25,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -82,14 +81,15 @@ def run(a) -> dict:
 
     from engine_patch.env import versions
     from engine_patch.guard import EngineReplaceRequired
-    from workers.engine_host import EngineHost
+    from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest
+    from workers.engine_host import EngineHost
 
     tiny = Path(a.tiny)
     res: dict = {"patch": a.patch, "mem_before_engine": memory()}
     if torch.cuda.is_available():
         torch.cuda.memory._record_memory_history(max_entries=20000)
-    settings = SimpleNamespace(
+    settings = Settings(
         model=str(tiny / "base"), adapter_root=str(tiny / "adapters"), var_dir=str(Path(a.work)),
         adapter_cache_dir=str(Path(a.work) / "prepared"), max_loras=2, max_cpu_loras=4, max_lora_rank=8,
         max_model_len=2048, max_num_seqs=8, gpu_memory_utilization=a.utilization, enforce_eager=a.eager,
