@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from vidlora.media.probe import BadVideo, ProbeInfo
 
 FACTOR = 32
-KEY_VERSION = "v1"  # bump when plan_timestamps/target_size change what a key produces
+KEY_VERSION = "v2"  # bump when plan_timestamps/target_size change what a key produces
 MAX_FRAMES_LIMIT = 4096
 
 
@@ -132,30 +132,38 @@ def plan_timestamps(info: ProbeInfo, policy: SamplingPolicy) -> list[float]:
 
 
 def target_size(width: int, height: int, max_pixels: int, min_pixels: int) -> tuple[int, int]:
-    """(w, h) for the model: multiples of 32, aspect kept, ``min_pixels <= w*h <= max_pixels``.
+    """(w, h) for the model: multiples of 32, ``w*h <= max_pixels``, the aspect kept as well as
+    the grid allows, and ``w*h >= min_pixels`` where that keeps the aspect.
 
-    Qwen's ``smart_resize`` with factor 32, plus a final squeeze so that very elongated frames
-    (where one side is pinned at 32) still respect ``max_pixels``. If ``min_pixels`` and the
-    budget cannot both be met, the budget wins.
+    Every candidate height on the 32-grid is paired with the two widths nearest to
+    ``height * aspect`` (so each candidate is within one 32-pixel step of the true aspect), and
+    the one closest to the wanted area (the frame's own, clamped into the pixel bounds) with
+    the smallest aspect error wins; aspect error counts twice, because a stretched picture
+    misleads the model while a slightly smaller one only shows less detail. Sides are never
+    rounded independently (that is what bent 720x528 into 256x160).
     """
     if width <= 0 or height <= 0:
         raise ValueError("width and height must be positive")
     if max_pixels < FACTOR * FACTOR:
         raise ValueError(f"max_pixels must be at least {FACTOR * FACTOR}")
     f = FACTOR
-    w = max(f, round(width / f) * f)
-    h = max(f, round(height / f) * f)
-    if w * h > max_pixels:
-        beta = math.sqrt(width * height / max_pixels)
-        w = max(f, math.floor(width / beta / f) * f)
-        h = max(f, math.floor(height / beta / f) * f)
-    elif w * h < min_pixels:
-        beta = math.sqrt(min_pixels / (width * height))
-        w = max(f, math.ceil(width * beta / f) * f)
-        h = max(f, math.ceil(height * beta / f) * f)
-    while w * h > max_pixels:  # only when one side is pinned at 32
-        if w >= h:
-            w = max(f, (max_pixels // h) // f * f)
-        else:
-            h = max(f, (max_pixels // w) // f * f)
-    return w, h
+    aspect = width / height
+    wanted = min(max_pixels, max(min_pixels, width * height))
+    near: list[tuple[int, int]] = []  # width within one grid step of height * aspect
+    pinned: list[tuple[int, int]] = []  # extreme shapes: even the nearest width is over budget
+    for h in range(f, max_pixels // f + 1, f):
+        ideal = h * aspect
+        widths = {max(f, math.floor(ideal / f) * f), max(f, math.ceil(ideal / f) * f)}
+        fits = [w for w in widths if w * h <= max_pixels and abs(w - ideal) < f]
+        near += [(w, h) for w in fits]
+        if not fits and max_pixels // h // f * f >= f:
+            pinned.append((max_pixels // h // f * f, h))
+    # The aspect is kept first, the budget always; min_pixels is met where the aspect allows.
+    candidates = near or pinned
+    big_enough = [c for c in candidates if c[0] * c[1] >= min_pixels]
+
+    def cost(c: tuple[int, int]) -> tuple[float, int]:
+        w, h = c
+        return 2 * abs(math.log((w / h) / aspect)) + abs(math.log(w * h / wanted)), -w * h
+
+    return min(big_enough or candidates, key=cost)

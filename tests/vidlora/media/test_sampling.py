@@ -33,6 +33,32 @@ def test_target_size_multiple_of_32_within_budget_and_keeps_aspect(w, h, max_px,
         assert max(tw, th) / min(tw, th) > 4
 
 
+def test_target_size_keeps_the_aspect_within_one_grid_step_and_the_budget():
+    """Property check over many shapes and budgets: multiples of 32, within the budget, the
+    aspect off by less than one 32-px step on one side (unless a side is pinned at 32 by the
+    budget), and at or above min_pixels whenever a size that keeps the aspect reaches it."""
+    import random
+
+    rng = random.Random(13)
+    for _ in range(3000):
+        w, h = rng.randint(16, 4000), rng.randint(16, 4000)
+        max_px = rng.choice([32 * 32 * 4, 50176, 200_704, 921_600]) + rng.randint(0, 5000)
+        min_px = rng.randint(1, max_px)
+        tw, th = target_size(w, h, max_px, min_px)
+        assert tw % 32 == 0 and th % 32 == 0 and tw * th <= max_px, (w, h, max_px, min_px, tw, th)
+        # min_pixels is missed only where no size within one step of the aspect reaches it
+        bigger = [(x, y) for y in range(32, max_px // 32 + 1, 32) for x in (y * w / h // 32 * 32, -(-y * w / h // 32) * 32)
+                  if x >= 32 and abs(x - y * w / h) < 32 and min_px <= x * y <= max_px]
+        assert tw * th >= min_px or not bigger, (w, h, max_px, min_px, tw, th, bigger[:3])
+        if min(tw, th) > 32:  # one side is the grid width nearest the other side times the aspect
+            assert abs(tw - th * w / h) < 32 or abs(th - tw * h / w) < 32, (w, h, max_px, min_px, tw, th)
+
+
+def test_target_size_fixes_the_field_cases():
+    assert target_size(720, 528, 50176, 4096) == (256, 192)  # was 256x160: 17% squashed
+    assert target_size(176, 144, 50176, 4096) == (192, 160)  # was 192x128: 23% off
+
+
 def test_target_size_examples():
     assert target_size(1920, 1080, 448 * 448, 64 * 64) == (576, 320)
     assert target_size(1080, 1920, 448 * 448, 64 * 64) == (320, 576)  # portrait stays portrait
@@ -101,10 +127,10 @@ def test_from_dict_validates_with_clear_errors():
 def test_key_is_canonical_and_only_depends_on_what_matters():
     a = SamplingPolicy.from_dict({"mode": "uniform", "num_frames": 8, "fps": 3})
     b = SamplingPolicy.from_dict({"mode": "uniform", "num_frames": 8, "start_s": 0.0})
-    assert a.key() == b.key() == "v1;mode=uniform;n=8;start=0;end=;px=4096-200704"
+    assert a.key() == b.key() == "v2;mode=uniform;n=8;start=0;end=;px=4096-200704"
     c = SamplingPolicy.from_dict({"mode": "fps", "fps": 2})
     d = SamplingPolicy.from_dict({"mode": "fps", "fps": 2.0, "num_frames": 99})
-    assert c.key() == d.key() == "v1;mode=fps;fps=2;min=4;max=32;start=0;end=;px=4096-200704"
+    assert c.key() == d.key() == "v2;mode=fps;fps=2;min=4;max=32;start=0;end=;px=4096-200704"
     variants = [SamplingPolicy(mode="fps", fps=f, max_frames=m, end_s=e)
                 for f, m, e in itertools.product([1.0, 2.5], [8, 16], [None, 3.0])]
     assert len({v.key() for v in variants}) == len(variants)
