@@ -42,9 +42,12 @@ class Settings(BaseSettings):
     archive_max_total_bytes: int = 20 * 1024**3
     archive_max_ratio: float = 200.0  # uncompressed / compressed, per member
     archive_nested: str = "reject"  # "reject" | "extract" (one level only)
+    # Names the decoders read (the probe judges the content): containers, and the raw
+    # elementary streams cameras and tools write (.mpv/.m2v MPEG video, .h264/.hevc).
     video_extensions: tuple[str, ...] = (
-        ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts",
-        ".wmv", ".flv", ".3gp", ".ogv",
+        ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
+        ".wmv", ".asf", ".flv", ".f4v", ".3gp", ".3g2", ".ogv", ".ogg", ".vob", ".mxf", ".dv",
+        ".mpv", ".m1v", ".m2v", ".h264", ".264", ".hevc", ".h265", ".265", ".ivf", ".y4m",
     )
 
     # -- probing / sampling -------------------------------------------------------------

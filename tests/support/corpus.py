@@ -162,6 +162,48 @@ def read_frame_code(jpeg: Path, rotation: int = 0) -> int:
     return hi * CODE_LEVELS + lo
 
 
+# -- fidelity corpus: real-world shapes the first probe got wrong (issue 13) ------------------
+
+def _fidelity_recipes() -> dict[str, tuple[str, list[list[str]]]]:
+    coded = _coded(176, 144, "25", 3)
+    return {
+        # Cut with -ss and stream copy: the file starts at the keyframe before 0.5 s and an
+        # edit list discards the packets up to 0.5 s, so the first packet is never shown.
+        "edit_list_mp4": (".mp4", [[*coded, *X264, "-g", "25", "{tmp}"],
+                                   ["-ss", "0.5", "-i", "{tmp}", "-c", "copy", "{out}"]]),
+        # Non-square pixels: stored 176x144 with SAR 128:117, shown 193x144.
+        "sar_mp4": (".mp4", [[*_coded(176, 144, "25", 2, ",setsar=128/117"), *X264, "{out}"]]),
+        # Raw elementary streams: no container, no timestamps.
+        "mpeg2_es_mpv": (".mpv", [[*coded, "-c:v", "mpeg2video", "-q:v", "3", "-f", "mpeg2video", "{out}"]]),
+        "h264_es": (".h264", [[*coded, *X264, "-f", "h264", "{out}"]]),
+        # An MPEG program stream, to be cut mid-stream (fidelity_videos cuts it).
+        "ps_full_mpg": (".mpg", [[*coded, "-c:v", "mpeg2video", "-q:v", "3", "-g", "12", "-f", "vob", "{out}"]]),
+    }
+
+
+def fidelity_videos(cache_dir: Path) -> dict[str, Path]:
+    """Generate (once): the fidelity corpus (names above) plus ``ps_cut_mpg``, the program
+    stream with its first third cut off mid-packet, as a copy from a camera card that lost its
+    start. Every one carries the frame-code strip."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for name, (suffix, steps) in _fidelity_recipes().items():
+        path = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        out[name] = path
+    full = out.pop("ps_full_mpg")
+    cut = full.with_name(full.name.replace("ps_full_mpg", "ps_cut_mpg"))
+    if not cut.exists():
+        data = full.read_bytes()
+        tmp = cut.with_name(f".{cut.name}.{os.getpid()}")
+        tmp.write_bytes(data[len(data) // 3 + 777:])
+        os.replace(tmp, cut)
+    out["ps_cut_mpg"] = cut
+    return out
+
+
 # -- bad corpus -------------------------------------------------------------------------------
 
 def _png_bytes() -> bytes:

@@ -171,7 +171,8 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
     import numpy as np
 
     w, h = size
-    expr = _any_of([f"eq(pts,{table.pts[i]})" for i in picks])
+    # Frames are picked by pts; in a file without timestamps, by their index in decode order.
+    expr = _any_of([f"eq(n,{i})" if table.synthetic else f"eq(pts,{table.pts[i]})" for i in picks])
     vf = f"select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-noautorotate",
            "-threads", str(threads or 0), "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-dn",
@@ -198,6 +199,8 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
     pts = [int(m.group(1)) for m in map(_SHOWINFO.search, log.splitlines()) if m]
     if len(pts) != k:
         raise Mismatch(f"ffmpeg delivered {k} frames but reported {len(pts)} timestamps")
+    if table.synthetic:  # showinfo's n is the output count; the selection by index is exact
+        return [table.pts[i] for i in picks] if k == len(picks) else pts
     return pts
 
 

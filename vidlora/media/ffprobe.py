@@ -15,10 +15,9 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-
 
 
 def find_tool(name: str) -> str:
@@ -77,6 +76,9 @@ class FrameTable:
     keyframe: tuple[bool, ...]
     time_base: Fraction
     last_duration: int  # duration of the last frame (time-base units), for the stream's end
+    # The file carries no timestamps (raw elementary streams): these are one frame apart by the
+    # frame rate, and a frame is found by its index in decode order, not by its pts.
+    synthetic: bool = False
 
     @property
     def origin(self) -> int:
@@ -95,11 +97,13 @@ class FrameTable:
 
     def to_json(self) -> dict:
         return {"pts": list(self.pts), "key": [int(k) for k in self.keyframe],
-                "tb": [self.time_base.numerator, self.time_base.denominator], "last": self.last_duration}
+                "tb": [self.time_base.numerator, self.time_base.denominator], "last": self.last_duration,
+                "synthetic": self.synthetic}
 
     @classmethod
     def from_json(cls, d: dict) -> "FrameTable":
-        return cls(tuple(d["pts"]), tuple(bool(k) for k in d["key"]), Fraction(*d["tb"]), d["last"])
+        return cls(tuple(d["pts"]), tuple(bool(k) for k in d["key"]), Fraction(*d["tb"]), d["last"],
+                   bool(d.get("synthetic", False)))
 
 
 def _parse_int(s: str) -> int | None:
@@ -138,15 +142,23 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
 
 
 def _decoded_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float) -> FrameTable:
+    """Every decoded frame, in decode-output order. A frame without a timestamp (raw H.264 or
+    MPEG elementary streams have none, or only from the second frame on) is placed one frame
+    after the previous one: dropping it lost the first or last frame of such files."""
     out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "frame=best_effort_timestamp,pkt_duration,key_frame", "-of", "csv=p=0", str(path)], timeout)
-    rows = []
-    for line in out.splitlines():
-        f = line.split(",")
-        if len(f) >= 3 and _parse_int(f[1]) is not None:
-            rows.append((int(f[1]), f[0] == "1", _parse_int(f[2])))
-    rows.sort()
-    return _table(rows, time_base, default_duration)
+                    "frame=best_effort_timestamp,pkt_duration,duration,key_frame", "-of", "json", str(path)], timeout)
+    frames = json.loads(out or "{}").get("frames", [])
+    rows: list[tuple[int, bool, int | None]] = []
+    step = default_duration if default_duration > 0 else 1
+    synthetic = False
+    for fr in frames:
+        dur = _parse_int(str(fr.get("duration", fr.get("pkt_duration", ""))))
+        pts = _parse_int(str(fr.get("best_effort_timestamp", "")))
+        if pts is None or (rows and pts <= rows[-1][0]):
+            pts, synthetic = (rows[-1][0] + (rows[-1][2] or step) if rows else 0), True
+        rows.append((pts, bool(fr.get("key_frame")), dur))
+    table = _table(rows, time_base, default_duration)
+    return replace(table, synthetic=synthetic) if synthetic else table
 
 
 def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, default_duration: int) -> FrameTable:
@@ -158,14 +170,21 @@ def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, defaul
     keys = [dedup[p][0] for p in pts]
     if keys and not any(keys):
         keys[0] = True  # all-intra codecs sometimes carry no flags; a seek must start somewhere
+    gaps = sorted(b - a for a, b in zip(pts, pts[1:]))
+    typical = gaps[len(gaps) // 2] if gaps else (default_duration if default_duration > 0 else 1)
     last = dedup[pts[-1]][1] if pts else None
-    if not last or last <= 0:
-        last = default_duration if default_duration > 0 else (pts[-1] - pts[-2] if len(pts) > 1 else 1)
+    # The last packet's own duration, unless it is implausible next to the frame spacing (muxers
+    # write 0, 1 or a rounding remainder there): a 10-frame 30 fps clip lasts 1/3 s, not 0.3 s.
+    if not last or not 0.5 * typical <= last <= 2 * typical:
+        last = typical
     return FrameTable(tuple(pts), tuple(keys), time_base, int(last))
 
 
-def first_frame_decodes(path: Path, timeout: float) -> bool:
-    """Decode-check: does the first video frame actually decode? (catches unusable codecs/data)."""
-    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-read_intervals", "%+#1",
-                    "-show_entries", "frame=pict_type", "-of", "csv=p=0", str(path)], timeout)
-    return bool(out.strip())
+def decodes_near_start(path: Path, timeout: float) -> bool:
+    """Decode-check: does a video frame decode near the start? ffmpeg reads packets until the
+    first picture comes out, so a first packet an edit list discards, or a program stream cut
+    mid-GOP, still passes; a codec nothing can decode, or data that never yields a picture,
+    does not."""
+    out = run_tool([FFMPEG, "-nostdin", "-v", "error", "-i", str(path), "-map", "0:v:0", "-frames:v", "1",
+                    "-f", "framemd5", "-"], timeout)
+    return any(line[:1].isdigit() for line in out.splitlines())

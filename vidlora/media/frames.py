@@ -37,7 +37,7 @@ from pathlib import Path
 from vidlora.config import Settings, get_settings
 from vidlora.media.decoders import BACKENDS, default_backends, default_threads
 from vidlora.media.ffprobe import FrameTable, ProbeError, read_frame_table
-from vidlora.media.probe import BadVideo, ProbeInfo, probe_with_table
+from vidlora.media.probe import BadVideo, ProbeInfo, plain_words, probe_with_table
 from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
 
 # The worker command; tests replace it to prove that a hung worker is killed.
@@ -116,7 +116,7 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
             shutil.rmtree(tmp, ignore_errors=True)
     if timed_out:
         raise BadVideo("decoder timed out")
-    raise BadVideo(f"decoding failed ({'; '.join(errors)})"[:400])
+    raise BadVideo(f"decoding failed ({plain_words('; '.join(errors), path, 300)})")
 
 
 def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:

@@ -10,14 +10,31 @@ native reader is ever opened in the calling process.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
-from vidlora.media.ffprobe import FrameTable, ProbeError, first_frame_decodes, probe_header, read_frame_table
+from vidlora.media.ffprobe import FrameTable, ProbeError, decodes_near_start, probe_header, read_frame_table
 
 MAX_ASPECT = 200  # the VLM's resizer (Qwen smart_resize) refuses more extreme shapes
+
+
+def plain_words(message: str, path: Path | str | None = None, limit: int = 120) -> str:
+    """A decoder's message fit for a person: no server path, no ``[h264 @ 0x55...]`` prefix,
+    and cut at a word (with an ellipsis), never mid-word."""
+    text = str(message)
+    if path is not None:
+        for form in {str(path), str(Path(path).resolve())}:
+            text = text.replace(form + ": ", "").replace(form, "the file")
+    text = re.sub(r"\[[\w,]+ @ 0x[0-9a-f]+\]\s*", "", text)
+    text = re.sub(r"(?:/[^\s/:]+){2,}", "the file", text)  # any other absolute path
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "..."
 
 
 class BadVideo(Exception):
@@ -35,13 +52,16 @@ class BadVideo(Exception):
 class ProbeInfo:
     container: str  # short name: mp4, mov, webm, matroska, avi, mpegts, mpeg, ...
     codec: str  # ffmpeg codec name: h264, hevc, vp9, av1, mjpeg, ...
-    width: int  # displayed size, i.e. after rotation
+    width: int  # displayed size: stored pixels stretched by the sample aspect, then rotated
     height: int
     rotation: int  # clockwise degrees applied to the stored picture for display (0/90/180/270)
     fps: float  # average frame rate
     duration_s: float  # first frame to end of last frame, from the packets
     frame_count: int  # frames the demuxer actually delivers (not the header's claim)
     bit_rate: int | None
+    # Shape of one stored pixel ("128:117": 128/117 times as wide as tall); the displayed size
+    # already includes it, and every resize works from the displayed size.
+    sample_aspect: str = "1:1"
 
     @property
     def has_video(self) -> bool:
@@ -72,7 +92,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     try:
         head = probe_header(path, timeout)
     except ProbeError as exc:
-        raise BadVideo(_header_reason(exc, head_bytes)) from None
+        raise BadVideo(_header_reason(exc, head_bytes, path)) from None
     fmt = head.get("format", {})
     fmt_name = fmt.get("format_name", "")
     if fmt_name == "image2" or fmt_name.endswith("_pipe"):
@@ -82,7 +102,10 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     videos = [st for st in streams if st.get("codec_type") == "video"
               and not st.get("disposition", {}).get("attached_pic")]
     if not streams and (_float(fmt.get("duration")) or 0.0) <= 0:
-        raise BadVideo("zero duration (container holds no streams)")
+        if _known_container(head_bytes) or _int(fmt.get("probe_score")) == 100:
+            raise BadVideo("zero duration (container holds no streams)")
+        # ffprobe guessed some format from a few bytes and found nothing in it
+        raise BadVideo("not a video file (no audio or video streams found)")
     if not videos:
         audio = any(st.get("codec_type") == "audio" for st in streams)
         raise BadVideo("no video stream (audio-only file)" if audio else "no video stream")
@@ -109,7 +132,8 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     try:
         table = read_frame_table(path, time_base, frame_dur, timeout)
     except ProbeError as exc:
-        raise BadVideo("probe timed out" if exc.timed_out else f"corrupt video stream ({exc})") from None
+        raise BadVideo("probe timed out" if exc.timed_out
+                       else f"corrupt video stream ({plain_words(str(exc), path)})") from None
     if not table.pts:
         raise BadVideo("zero duration (no video frames)")
     duration = table.duration_s
@@ -119,16 +143,18 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         raise BadVideo(_too_long(duration, s))
 
     try:
-        decodes = first_frame_decodes(path, timeout)
+        decodes = decodes_near_start(path, timeout)
     except ProbeError as exc:
         if exc.timed_out:
             raise BadVideo("probe timed out") from None
-        raise BadVideo(f"unsupported codec or undecodable video ({codec}: {exc})") from None
+        raise BadVideo(f"unsupported codec or undecodable video ({codec}: {plain_words(str(exc), path)})") from None
     if not decodes:
         raise BadVideo(f"unsupported codec or undecodable video ({codec}: no frame decodes)")
 
     rotation = _rotation(st)
-    width, height = (stored_h, stored_w) if rotation in (90, 270) else (stored_w, stored_h)
+    sar = _sample_aspect(st)
+    shown_w = max(1, round(stored_w * sar))  # non-square pixels: the width the picture is shown at
+    width, height = (stored_h, shown_w) if rotation in (90, 270) else (shown_w, stored_h)
     n = len(table.pts)
     if not fps or len(table.pts) > 1 and abs(fps - n / duration) > 0.5 * fps:
         fps = n / duration  # headers of VFR/odd files can be far off; trust the packets
@@ -136,7 +162,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     info = ProbeInfo(
         container=_container(fmt_name, path), codec=codec, width=width, height=height,
         rotation=rotation, fps=round(float(fps), 6), duration_s=round(duration, 6),
-        frame_count=n, bit_rate=bit_rate,
+        frame_count=n, bit_rate=bit_rate, sample_aspect=f"{sar.numerator}:{sar.denominator}",
     )
     return info, table
 
@@ -165,7 +191,14 @@ def _iso_box(b: bytes) -> bool:
     return len(b) >= 8 and b[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
 
 
-def _header_reason(exc: ProbeError, head: bytes) -> str:
+def _known_container(b: bytes) -> bool:
+    """Does the file start like a container we know (so a short read means it was cut off)?"""
+    return (_iso_box(b) or b[:4] == b"\x1a\x45\xdf\xa3" or b[:4] == b"RIFF" or b[:4] == b"\x00\x00\x01\xba"
+            or b[:1] == b"\x47" and len(b) > 188 and b[188:189] == b"\x47" or b[:4] == b"OggS"
+            or b[:3] == b"FLV" or b[:4] == b"\x30\x26\xb2\x75")
+
+
+def _header_reason(exc: ProbeError, head: bytes, path: Path) -> str:
     if exc.timed_out:
         return "probe timed out"
     err = exc.stderr
@@ -176,8 +209,8 @@ def _header_reason(exc: ProbeError, head: bytes) -> str:
     if "Invalid data found when processing input" in err:
         return "not a video file (unrecognised data)"
     if "End of file" in err or "truncat" in err.lower():
-        return "truncated file"
-    return f"unreadable file ({str(exc)[:120]})"
+        return "truncated file" if _known_container(head) else "not a video file (unrecognised data)"
+    return f"unreadable file ({plain_words(str(exc), path)})"
 
 
 def _too_long(duration: float, s: Settings) -> str:
@@ -202,6 +235,16 @@ def _rotation(st: dict) -> int:
     if tag is not None:
         return int(round(float(tag) / 90.0)) * 90 % 360
     return 0
+
+
+def _sample_aspect(st: dict) -> Fraction:
+    """The stream's sample (pixel) aspect ratio; "0:1", "N/A" or absurd values mean square."""
+    try:
+        num, den = (int(x) for x in str(st.get("sample_aspect_ratio") or "1:1").split(":"))
+        sar = Fraction(num, den)
+    except (ValueError, ZeroDivisionError):
+        return Fraction(1)
+    return sar if Fraction(1, 10) <= sar <= 10 else Fraction(1)
 
 
 def _rate(s: str | None) -> float:

@@ -138,7 +138,7 @@ def target_size(width: int, height: int, max_pixels: int, min_pixels: int) -> tu
     Every candidate height on the 32-grid is paired with the two widths nearest to
     ``height * aspect`` (so each candidate is within one 32-pixel step of the true aspect), and
     the one closest to the wanted area (the frame's own, clamped into the pixel bounds) with
-    the smallest aspect error wins; aspect error counts twice, because a stretched picture
+    the smallest aspect error wins; aspect error counts three times, because a stretched picture
     misleads the model while a slightly smaller one only shows less detail. Sides are never
     rounded independently (that is what bent 720x528 into 256x160).
     """
@@ -164,6 +164,6 @@ def target_size(width: int, height: int, max_pixels: int, min_pixels: int) -> tu
 
     def cost(c: tuple[int, int]) -> tuple[float, int]:
         w, h = c
-        return 2 * abs(math.log((w / h) / aspect)) + abs(math.log(w * h / wanted)), -w * h
+        return 3 * abs(math.log((w / h) / aspect)) + abs(math.log(w * h / wanted)), -w * h
 
     return min(big_enough or candidates, key=cost)

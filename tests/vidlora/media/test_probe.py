@@ -22,7 +22,9 @@ def test_good_videos_are_probed(good):
         "h264_1080p": ("mp4", "h264", 1920, 1080, 0, 30),
         "portrait_mp4": ("mp4", "h264", 240, 320, 270, 30),
         "vfr_mp4": ("mp4", "h264", 320, 240, 0, 18),
-        "odd_size_mp4": ("mp4", "h264", 333, 199, 0, 24),
+        # stored 333x199 by ffmpeg's scale from 332x198, with SAR 22187:22142 keeping the shape:
+        # shown 334 wide (333 * 22187 / 22142 = 333.7)
+        "odd_size_mp4": ("mp4", "h264", 334, 199, 0, 24),
         "av1_mkv": ("matroska", "av1", 320, 240, 0, 24),
     }
     for name, path in good.items():

@@ -62,7 +62,7 @@ def test_target_size_fixes_the_field_cases():
 def test_target_size_examples():
     assert target_size(1920, 1080, 448 * 448, 64 * 64) == (576, 320)
     assert target_size(1080, 1920, 448 * 448, 64 * 64) == (320, 576)  # portrait stays portrait
-    assert target_size(320, 240, 448 * 448, 64 * 64) == (320, 256)
+    assert target_size(320, 240, 448 * 448, 64 * 64) == (352, 256)  # 1.375 for 1.333 (320x256: 1.25)
     assert target_size(40, 30, 448 * 448, 256 * 256) == (320, 224)  # upscaled to min_pixels
     with pytest.raises(ValueError):
         target_size(100, 100, 100, 1)
