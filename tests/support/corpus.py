@@ -204,6 +204,45 @@ def fidelity_videos(cache_dir: Path) -> dict[str, Path]:
     return out
 
 
+# -- damaged copies: bit flips in the coded data of each codec ----------------------------------
+
+DAMAGE_CODECS = {
+    "h264_mp4": (".mp4", ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "50"]),
+    "hevc_mkv": (".mkv", ["-c:v", "libx265", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-x265-params",
+                          "log-level=error:keyint=50"]),
+    "vp9_webm": (".webm", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "50"]),
+    "mpeg4_avi": (".avi", ["-c:v", "mpeg4", "-q:v", "4", "-g", "50"]),
+}
+
+
+def damaged_videos(cache_dir: Path, flips: int = 60, seed: int = 7) -> dict[str, tuple[Path, Path]]:
+    """name -> (clean original, a copy with ``flips`` single-bit flips spread over the coded data
+    after the first fifth of the file, headers and index left alone). 4 s, 25 fps, frame-coded."""
+    import random
+
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, (suffix, enc) in DAMAGE_CODECS.items():
+        steps = [[*_coded(176, 144, "25", 4), *enc, "{out}"]]
+        clean = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not clean.exists():
+            _run_ffmpeg(steps, clean)
+        bad = clean.with_name(f"{clean.stem}-flip{flips}-{seed}{suffix}")
+        if not bad.exists():
+            data = bytearray(clean.read_bytes())
+            rng = random.Random(seed)
+            lo, hi = len(data) // 5, len(data) - max(4096, len(data) // 10)  # mp4 index at the end
+            for _ in range(flips):
+                i = rng.randrange(lo, hi)
+                data[i] ^= 1 << rng.randrange(8)
+            tmp = bad.with_name(f".{bad.name}.{os.getpid()}")
+            tmp.write_bytes(bytes(data))
+            os.replace(tmp, bad)
+        out[name] = (clean, bad)
+    return out
+
+
 # -- bad corpus -------------------------------------------------------------------------------
 
 def _png_bytes() -> bytes:

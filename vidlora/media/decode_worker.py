@@ -2,7 +2,8 @@
 
 It runs one backend, writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``,
 k = index among the unique picks), and prints one JSON line: ``{"ok": true, "pts": [...]}`` or
-``{"ok": false, "kind": "mismatch"|"error", "error": "..."}``.
+``{"ok": false, "kind": "mismatch"|"damaged"|"error", "error": "..."}`` (damaged: with the
+table indices of the picks that decode only with errors).
 
 It exists so that native decoders (which can hang holding the GIL, or crash) run in a process
 the caller can kill; the caller starts it in its own session and kills the whole group on
@@ -25,7 +26,7 @@ _TRANSPOSE = {90: "ROTATE_270", 180: "ROTATE_180", 270: "ROTATE_90"}
 def run(job: dict) -> dict:
     from PIL import Image
 
-    from vidlora.media.decoders import Mismatch, decode
+    from vidlora.media.decoders import Damaged, Mismatch, decode
     from vidlora.media.ffprobe import FrameTable
 
     out_dir = Path(job["out_dir"])
@@ -40,14 +41,17 @@ def run(job: dict) -> dict:
             img = img.transpose(transpose)
         img.save(out_dir / f"{k:05d}.jpg", "JPEG", quality=quality)
 
+    replaced: list[int] = []
     try:
         pts = decode(job["backend"], Path(job["path"]), FrameTable.from_json(job["table"]), job["picks"],
-                     tuple(job["size"]), int(job["threads"]), emit, rotation)
+                     tuple(job["size"]), int(job["threads"]), emit, rotation, replaced)
     except Mismatch as exc:
         return {"ok": False, "kind": "mismatch", "error": str(exc)[:300]}
+    except Damaged as exc:
+        return {"ok": False, "kind": "damaged", "error": str(exc), "picks": exc.picks, "sampled": exc.sampled}
     except Exception as exc:  # any decoder error is a failed attempt; the caller falls back
         return {"ok": False, "kind": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    return {"ok": True, "pts": pts}
+    return {"ok": True, "pts": pts, "replaced": replaced}
 
 
 def _watchdog(seconds: float) -> None:

@@ -124,6 +124,7 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
                     "packet=pts,duration,flags", "-of", "csv=p=0", str(path)], timeout)
     rows = []
     missing = 0
+    discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
     for line in out.splitlines():
         f = line.split(",")
         if len(f) < 3:
@@ -133,10 +134,17 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
             missing += 1
             continue
         if "D" in flags:
+            discarded_key |= "K" in flags and not rows
             continue
         rows.append((pts, "K" in flags, dur))
     if missing:
         return _decoded_frame_table(path, time_base, default_duration, timeout)
+    if not discarded_key and any(k for _, k, _ in rows):
+        # A stream cut mid-GOP (a program stream copied from a damaged card) starts with frames
+        # whose references are gone: no decoder can show them. The video starts at its first
+        # keyframe in file order.
+        first_key = next(n for n, (_, k, _) in enumerate(rows) if k)
+        rows = rows[first_key:] if first_key else rows
     rows.sort()
     return _table(rows, time_base, default_duration)
 

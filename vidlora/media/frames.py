@@ -64,6 +64,8 @@ class _Attempt:
     pts: list[int] | None = None
     error: str = ""
     timed_out: bool = False
+    damaged: list[int] | None = None  # table indices of picks that decode only with errors
+    replaced: tuple[int, ...] = ()  # picks delivered as an earlier clean frame of their segment
 
 
 def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeInfo | None = None,
@@ -103,12 +105,20 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
                    "threads": default_threads(), "out_dir": str(tmp),
                    "watchdog_s": s.decode_timeout_s + 30}
             att = _run_worker(job, s.decode_timeout_s)
-            if att.ok and att.pts != [table.pts[i] for i in picks]:
+            if att.damaged:
+                # Another backend would decode the same damaged data, maybe without saying so.
+                worst = [round(times[i], 2) for i in att.damaged[:3]]
+                raise BadVideo(f"damaged video: {len(att.damaged)} of {len(picks)} sampled frames decode "
+                               f"only with errors and have no clean frame nearby (at {worst} s)")
+            delivered = _delivered(att.pts, picks, table, att.replaced) if att.ok else None
+            if att.ok and delivered is None:
                 att = _Attempt(False, error="delivered frames with other timestamps than asked for")
             if att.ok:
                 files = _publish(tmp, out_dir, chosen, picks)
+                # A damaged pick replaced by an earlier clean frame reports that frame's time.
+                shown = [delivered[picks.index(i)] for i in chosen]
                 return SampledFrames(
-                    timestamps=[round(times[i], 6) for i in chosen], files=files,
+                    timestamps=[round(times[i], 6) for i in shown], files=files,
                     width=width, height=height, backend=backend)
             timed_out |= att.timed_out
             errors.append(f"{backend}: {att.error}")
@@ -117,6 +127,24 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
     if timed_out:
         raise BadVideo("decoder timed out")
     raise BadVideo(f"decoding failed ({plain_words('; '.join(errors), path, 300)})")
+
+
+def _delivered(pts: list[int] | None, picks: list[int], table: FrameTable,
+               replaced: tuple[int, ...]) -> list[int] | None:
+    """Table indices of what was delivered for each pick: the pick itself, or, for a pick the
+    backend says it replaced (damaged), a clean frame after the previous pick and before it.
+    None: anything else (the exactness check fails and the next backend is tried)."""
+    if pts is None or len(pts) != len(picks):
+        return None
+    index_of = {p: i for i, p in enumerate(table.pts)}
+    out, prev = [], -1
+    for want, got in zip(picks, pts):
+        i = index_of.get(got)
+        if i is None or (i != want and (want not in replaced or not prev < i < want)):
+            return None
+        out.append(i)
+        prev = want
+    return out
 
 
 def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
@@ -156,7 +184,9 @@ def _run_worker(job: dict, timeout: float) -> _Attempt:
     except (ValueError, IndexError):
         return _Attempt(False, error="worker gave no result")
     if res.get("ok"):
-        return _Attempt(True, pts=res["pts"])
+        return _Attempt(True, pts=res["pts"], replaced=tuple(int(i) for i in res.get("replaced", ())))
+    if res.get("kind") == "damaged":
+        return _Attempt(False, error=res.get("error", "damaged"), damaged=[int(i) for i in res["picks"]])
     return _Attempt(False, error=res.get("error", "unknown error"))
 
 

@@ -5,6 +5,7 @@ by its *content* (the frame-code strip) against the frame at its stated timestam
 shape against the shown picture."""
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.corpus import fidelity_videos, read_frame_code
+from tests.support.corpus import DAMAGE_CODECS, damaged_videos, fidelity_videos, read_frame_code
 from vidlora.media.ffprobe import _table
 from vidlora.media.frames import sample_video
 from vidlora.media.probe import BadVideo, plain_words, probe
@@ -95,3 +96,40 @@ def test_reasons_name_the_problem_not_a_server_path(tmp_path):
     said = plain_words(f"{junk}: Device or resource busy while reading a very long header " * 4, junk)
     assert str(junk) not in said and said.endswith("...") and len(said) <= 123
     assert said[:-3].split()[-1] in ("a", "very", "long", "header", "busy", "while", "reading", "resource", "or")
+
+
+@pytest.fixture(scope="module")
+def damaged(corpus_dir):
+    return damaged_videos(corpus_dir / "damaged")
+
+
+def _psnr(a: Path, b: Path) -> float:
+    x = np.asarray(Image.open(a).convert("RGB"), dtype=np.float64)
+    y = np.asarray(Image.open(b).convert("RGB"), dtype=np.float64)
+    mse = float(((x - y) ** 2).mean())
+    return 99.0 if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE_CODECS))
+def test_a_damaged_stream_is_rejected_or_shows_only_clean_frames(damaged, name, tmp_path):
+    """Bit flips in each codec: the video is rejected as damaged with a reason, or every stored
+    frame is a clean picture of the right frame: the same as the undamaged original's frame at
+    that timestamp (PSNR against it), never a smear stored as a normal sample."""
+    clean, bad = damaged[name]
+    policy = SamplingPolicy(mode="uniform", num_frames=8, max_pixels=64 * 64 * 12)
+    try:
+        info = probe(bad)
+        res = sample_video(bad, policy, tmp_path / "bad" / "f", info=info)
+    except BadVideo as exc:
+        assert re.match(r"damaged video: \d+ of 8 sampled frames decode only with errors", exc.reason), exc.reason
+        assert str(bad.parent) not in exc.reason
+        return
+    ref_info = probe(clean)
+    for k, (t, f) in enumerate(zip(res.timestamps, res.files)):
+        one = SamplingPolicy(mode="uniform", num_frames=1, max_pixels=policy.max_pixels, start_s=t,
+                             end_s=min(ref_info.duration_s, t + 1 / FPS))
+        ref = sample_video(clean, one, tmp_path / f"ref{k}" / "f", info=ref_info)
+        assert ref.timestamps == [t], (name, t, ref.timestamps)
+        got = tmp_path / "bad" / "f" / Path(f).name
+        assert read_frame_code(got) == round(t * FPS), (name, t)
+        assert _psnr(got, tmp_path / f"ref{k}" / "f" / Path(ref.files[0]).name) > 30, (name, t, res.backend)
