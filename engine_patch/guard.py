@@ -111,11 +111,12 @@ def _tail_loop_period(token_ids: Sequence[int], repeats: int, max_period: int) -
 def check_output(token_ids: Sequence[int], logprobs: Sequence[float | None] | None, text: str, *,
                  cumulative_logprob: float | None = None, max_token0_run: int = 4,
                  max_repeat_frac: float = 0.8, min_len_for_repeat: int = 16,
-                 loop_repeats: int = 6, max_loop_period: int = 8) -> Health:
+                 loop_repeats: int = 6, max_loop_period: int = 8, repetition: bool = True) -> Health:
     """Degenerate-output detector; ``logprobs`` are the chosen tokens' logprobs (or None).
 
     Every check is computed (``checks``), so a stored result shows how close it came;
-    ``reason`` names the first that failed.
+    ``reason`` names the first that failed. ``repetition=False`` for output a grammar shaped
+    (a JSON array of similar items repeats by design): the engine checks still apply.
     """
     lps = [x for x in (logprobs or []) if x is not None]
     if cumulative_logprob is not None:
@@ -146,9 +147,9 @@ def check_output(token_ids: Sequence[int], logprobs: Sequence[float | None] | No
         reason = f"token-0 run of {best}"
     elif all_bang:
         reason = "all-'!' text"
-    elif long_enough and top / n >= max_repeat_frac:
+    elif repetition and long_enough and top / n >= max_repeat_frac:
         reason = f"runaway repetition ({top}/{n} identical tokens)"
-    elif period is not None:
+    elif repetition and period is not None:
         reason = f"runaway repetition (period {period})"
     return Health(reason is None, reason, checks)
 

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+import jsonschema
 from celery import shared_task
 from celery.exceptions import WorkerShutdown
 from sqlalchemy import select
@@ -69,18 +70,21 @@ def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> An
         top_p=gen.top_p,
         seed=gen.seed,
         repetition_penalty=gen.repetition_penalty,
+        output_schema=scenario.output_schema,
     )
 
 
 def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
-    """Structured scenarios ask for JSON; store it parsed when it is, flag it when not."""
+    """A structured scenario's answer, parsed, and whether it is valid against its schema (the
+    engine enforces the schema while generating; this is the check that it did)."""
     if schema is None:
         return None, None
     try:
         value = json.loads(text)
     except ValueError:
         return None, False
-    return (value if isinstance(value, dict) else {"value": value}), True
+    valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+    return (value if isinstance(value, dict) else {"value": value}), valid
 
 
 def storable_text(text: str) -> str:
@@ -99,6 +103,13 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
         analysis.adapter_version = analysis.scenario.adapter_version
         if output.error:
             analysis.status, analysis.reason = AnalysisStatus.FAILED, output.error
+            return
+        schema = analysis.scenario.output_schema
+        if schema is not None and output.finish_reason == "length":
+            # A schema answer cut off is not an answer: never stored as a truncated success.
+            analysis.status = AnalysisStatus.FAILED
+            analysis.reason = (f"the structured answer did not complete within max_tokens={output.output_tokens} "
+                               "(raise the scenario's max_tokens, or bound its schema: maxItems, maxLength)")
             return
         if session.scalar(select(Result.id).where(Result.analysis_id == analysis.id)) is None:
             parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)

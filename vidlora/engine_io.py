@@ -43,6 +43,9 @@ class AnalysisRequest:
     top_p: float
     seed: int | None
     repetition_penalty: float = 1.0
+    # The scenario's JSON Schema, enforced during generation (vLLM structured outputs); None:
+    # free text. Each request carries its own, so one engine batch mixes schemas freely.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class AnalysisOutput:
     error: str | None = None
     # vidlora.result_health.ResultHealth.as_dict(): the guard's verdict, as stored and shown.
     health: dict[str, Any] = field(default_factory=dict)
+    structured: bool = False  # generated under a JSON Schema (its repetition is the schema's)
 
     @classmethod
     def failed(cls, request_key: str, error: str, latency_s: float = 0.0,
@@ -178,6 +182,11 @@ def sampling_params(req: AnalysisRequest):
         _Invalid = ValueError
     if req.max_tokens <= 0:
         raise RequestError("max_tokens must be positive")
+    structured = None
+    if req.output_schema is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = StructuredOutputsParams(json=req.output_schema)
     try:
         return SamplingParams(
             max_tokens=req.max_tokens,
@@ -186,6 +195,7 @@ def sampling_params(req: AnalysisRequest):
             seed=req.seed,
             repetition_penalty=req.repetition_penalty,
             logprobs=1,  # the chosen token's logprob always comes back; the guard reads it
+            structured_outputs=structured,
         )
     except (ValueError, TypeError, _Invalid) as exc:  # e.g. top_p = 0: this request's fault
         raise RequestError(f"bad generation settings: {exc}") from exc

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -86,6 +87,13 @@ def _parse_one(entry: dict[str, Any], adapter_root: Path) -> ScenarioSpec:
     schema = entry.get("output_schema")
     if schema is not None and not isinstance(schema, dict):
         raise ScenarioError(f"scenario {name}: output_schema must be a mapping")
+    if schema is not None:
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(top)"
+            raise ScenarioError(f"scenario {name}: output_schema is not a valid JSON Schema at {where}: "
+                                f"{exc.message}") from None
     return ScenarioSpec(
         name=name,
         title=str(entry.get("title") or name),

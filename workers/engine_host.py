@@ -388,7 +388,7 @@ class EngineHost:
         if output.error is not None:
             return None  # not a generation: the error speaks for itself
         return check_output(output.token_ids, output.logprobs, output.text,
-                            cumulative_logprob=output.cumulative_logprob)
+                            cumulative_logprob=output.cumulative_logprob, repetition=not output.structured)
 
     def adapter_of(self, request: AnalysisRequest) -> str | None:
         if request.adapter_name:
@@ -542,7 +542,8 @@ class EngineHost:
             req = requests[i]
             if k in finished:
                 out, latency = finished[k]
-                results[i] = to_output(req.request_key, out, latency)
+                results[i] = replace(to_output(req.request_key, out, latency),
+                                     structured=req.output_schema is not None)
             else:
                 reason = (f"deadline of {deadline_s:.0f}s exceeded" if timed_out
                           else "engine returned no output")

@@ -95,3 +95,10 @@ def test_sync_reads_adapter_weights_only_when_their_files_change(db_session, tmp
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     sync_scenarios(db_session, specs)
     assert len(reads) == 2 and row.adapter_version != first
+
+
+def test_an_invalid_output_schema_refuses_the_scenario_file_with_where_and_why(tmp_path):
+    bad = write(tmp_path, [{"name": "zz_schema", "prompt": "p",
+                            "output_schema": {"type": "object", "properties": {"n": {"type": "integr"}}}}])
+    with pytest.raises(ScenarioError, match=r"zz_schema: output_schema is not a valid JSON Schema at properties/n/type"):
+        load_scenarios(bad, tmp_path)

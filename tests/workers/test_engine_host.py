@@ -6,6 +6,7 @@ decoding everywhere a comparison is made, so any difference is a real one.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -385,3 +386,39 @@ def test_rebuild_replace_mode_hands_the_engine_to_the_supervisor(model_dir) -> N
     h = EngineHost(Settings(var_dir=model_dir.parent, model=str(model_dir / "base"), engine_rebuild="replace"))
     with pytest.raises(EngineReplaceRequired, match="fresh worker process"):
         h.rebuild_engine()
+
+
+# -- structured outputs (issue 15) -----------------------------------------------------------
+
+FINDS = {"type": "object", "required": ["finds"], "properties": {"finds": {
+    "type": "array", "maxItems": 3, "items": {"type": "object", "required": ["material", "confidence"],
+                                              "properties": {"material": {"enum": ["bronze", "jade", "clay"]},
+                                                             "confidence": {"type": "number"}}}}}}
+CHAMBERS = {"type": "object", "required": ["chambers"], "properties": {"chambers": {"type": "integer",
+                                                                                    "minimum": 0, "maximum": 99}}}
+
+
+@pytest.mark.engine
+def test_a_batch_mixing_schemas_and_free_text_gives_each_its_own_shape(host, frames, model_dir) -> None:
+    import jsonschema
+
+    reqs = [make_request("s-finds", frames, SCENARIOS[0], model_dir, output_schema=FINDS, max_tokens=96),
+            make_request("s-chambers", frames, SCENARIOS[1], model_dir, output_schema=CHAMBERS, max_tokens=96),
+            make_request("s-free", frames, SCENARIOS[2], model_dir)]
+    outs = {o.request_key: o for o in host.generate(reqs)}
+    for key, schema in (("s-finds", FINDS), ("s-chambers", CHAMBERS)):
+        o = outs[key]
+        assert o.error is None and o.structured and o.health["ok"], (key, o.error)
+        if o.finish_reason == "stop":
+            jsonschema.validate(json.loads(o.text), schema)
+    assert not outs["s-free"].structured
+
+
+@pytest.mark.engine
+def test_a_schema_that_cannot_fit_max_tokens_ends_by_length(host, frames, model_dir) -> None:
+    long_text = {"type": "object", "required": ["transcription"],
+                 "properties": {"transcription": {"type": "string", "minLength": 400}}}
+    [o] = host.generate([make_request("s-long", frames, None, model_dir, output_schema=long_text, max_tokens=12)])
+    assert o.error is None and o.finish_reason == "length" and o.output_tokens == 12
+    with pytest.raises(ValueError):
+        json.loads(o.text)  # cut off: the analyze task fails it, never stores it as a result

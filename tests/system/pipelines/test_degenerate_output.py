@@ -34,8 +34,9 @@ HEALTH_REASONS = ("token-0 run", "all-'!' text", "non-finite logprobs", "runaway
 
 
 # Small on purpose (2 shared CPU cores): the guard's work, not decoding, is under test.
+# Free text: the guard's judgement of engine faults, not schema completion, is under test.
 CHEAP = {"sampling": {"mode": "uniform", "num_frames": 2, "max_pixels": 128 * 128},
-         "generation": {"max_tokens": 12, "temperature": 0.0, "seed": 0}}
+         "generation": {"max_tokens": 12, "temperature": 0.0, "seed": 0}, "output_schema": None}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,70 @@
+"""tasks.analyze: what is stored for an engine output. A structured scenario's answer is kept
+parsed with its schema check; one cut off by max_tokens is a failure with the reason, never
+a truncated result stored as success. On the session's PostgreSQL, through the task's own
+store step (what analyze_batch runs for each output)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from tasks.analyze import _store
+from vidlora.db import session_scope
+from vidlora.engine_io import AnalysisOutput
+from vidlora.models import Analysis, Batch, FrameSet, Result, Scenario, Video
+
+SCHEMA = {"type": "object", "required": ["finds"], "properties": {"finds": {"type": "array", "maxItems": 2}}}
+
+
+@pytest.fixture(autouse=True)
+def keep_the_scenario(database):
+    with session_scope() as session:
+        before = session.scalar(select(Scenario).where(Scenario.name == "artifact_identification")).output_schema
+    yield
+    with session_scope() as session:
+        session.scalar(select(Scenario).where(Scenario.name == "artifact_identification")).output_schema = before
+
+
+def _running_analysis(tag: str) -> int:
+    with session_scope() as session:
+        scenario = session.scalar(select(Scenario).where(Scenario.name == "artifact_identification"))
+        scenario.output_schema = SCHEMA
+        batch = Batch(name=tag, source="cli", scenario_names=[scenario.name])
+        video = Video(sha256=tag.ljust(64, "0"), path=f"videos/{tag}.mp4", original_name="x.mp4", size_bytes=1,
+                      status="ready")
+        session.add_all([batch, video])
+        session.flush()
+        fs = FrameSet(video_id=video.id, policy_key=tag, status="done", files=["a.jpg"])
+        session.add(fs)
+        session.flush()
+        a = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id, frame_set_id=fs.id)
+        session.add(a)
+        session.flush()
+        for step in ("ready", "queued", "running"):
+            a.status = step
+        return a.id
+
+
+def _output(key: int, text: str, finish: str, tokens: int = 6) -> AnalysisOutput:
+    return AnalysisOutput(request_key=str(key), text=text, token_ids=list(range(tokens)), prompt_tokens=40,
+                          output_tokens=tokens, latency_s=0.5, finish_reason=finish, cumulative_logprob=-1.0,
+                          health={"ok": True, "reason": None, "checks": {}}, structured=True)
+
+
+def test_a_structured_answer_is_stored_parsed_and_checked(database):
+    aid = _running_analysis("analyze-structured")
+    _store(_output(aid, json.dumps({"finds": [{"type": "vessel"}]}), "stop"), {"model": "m"}, "w")
+    with session_scope() as session:
+        a = session.get(Analysis, aid)
+        r = session.scalar(select(Result).where(Result.analysis_id == aid))
+        assert a.status == "done" and r.parsed == {"finds": [{"type": "vessel"}]} and r.health["schema_ok"] is True
+
+
+def test_a_structured_answer_cut_off_by_max_tokens_fails_with_the_reason(database):
+    aid = _running_analysis("analyze-cutoff")
+    _store(_output(aid, '{"finds": [{"type": "ves', "length", tokens=12), {"model": "m"}, "w")
+    with session_scope() as session:
+        a = session.get(Analysis, aid)
+        assert a.status == "failed" and "did not complete within max_tokens=12" in a.reason
+        assert session.scalar(select(Result).where(Result.analysis_id == aid)) is None
