@@ -170,7 +170,7 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
                 container.seek(kf, backward=True, any_frame=False, stream=stream)
                 frames = container.decode(stream)
                 last_pts, dirty, last_clean = None, False, None
-            got = None
+            got, lost = None, False
             try:
                 for frame in frames:
                     if frame.pts is None:
@@ -189,22 +189,12 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
                     if not dirty:
                         last_clean = (frame.pts, frame)
             except av.error.InvalidDataError:
-                # The decoder refused a packet on the way to this pick: damaged data. Start the
-                # next pick from its own keyframe.
-                frames, last_pts = None, None
-                if last_clean is not None and (floor is None or last_clean[0] > floor) and last_clean[0] in index_of:
-                    want, got = last_clean
-                    if replaced is not None:
-                        replaced.append(i)
-                    emit(k, got.to_ndarray(width=size[0], height=size[1], format="rgb24", interpolation="BICUBIC"))
-                    delivered.append(want)
-                    floor = table.pts[i]
-                else:
-                    damaged.append(i)
-                continue
-            if got is None:
+                # The decoder refused a packet on the way to this pick: damaged data. The next
+                # pick starts from its own keyframe.
+                frames, last_pts, lost = None, None, True
+            if got is None and not lost:
                 raise Mismatch(f"PyAV ended before pts {want}")
-            if dirty:
+            if dirty or lost:  # the nearest clean frame of this segment, or none
                 if last_clean is None or (floor is not None and last_clean[0] <= floor) \
                         or last_clean[0] not in index_of:
                     damaged.append(i)
@@ -215,7 +205,8 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
             emit(k, got.to_ndarray(width=size[0], height=size[1], format="rgb24", interpolation="BICUBIC"))
             delivered.append(want)
             floor = table.pts[i]
-            last_clean = (got.pts, got) if not dirty else last_clean
+            if not (dirty or lost):
+                last_clean = (got.pts, got)
     if damaged:
         raise Damaged(damaged, len(picks))
     return delivered
