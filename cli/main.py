@@ -1,4 +1,4 @@
-"""The `vidlora` command line: enqueue, status, workers, database, scenarios, web, demo, doctor."""
+"""The `vidlora` command line: enqueue, status, results, workers, database, scenarios, web, demo, doctor."""
 
 from __future__ import annotations
 
@@ -195,14 +195,16 @@ def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> Non
     sys.exit(run_demo(serve, serve_for, timeout, port or get_settings().web_port))
 
 
-def _register_web_commands() -> None:
+def _register_commands() -> None:
+    from cli.results import results_command
     from web.cli import user_group, web_command
 
+    main.add_command(results_command)
     main.add_command(user_group)
     main.add_command(web_command)
 
 
-_register_web_commands()
+_register_commands()
 
 
 if __name__ == "__main__":

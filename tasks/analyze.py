@@ -26,6 +26,7 @@ from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AnalysisStatus
 from vidlora.models import Analysis, Result, utcnow
 from vidlora.result_health import ResultHealth
+from vidlora.results.fields import index_fields
 from vidlora.scenarios import Generation, record_registrations
 from workers import runtime
 
@@ -113,7 +114,7 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
             return
         if session.scalar(select(Result.id).where(Result.analysis_id == analysis.id)) is None:
             parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)
-            session.add(Result(
+            result = Result(
                 analysis_id=analysis.id,
                 text=storable_text(output.text),
                 parsed=parsed,
@@ -125,7 +126,9 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
                 model=identity.get("model", ""),
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
                 adapter_version=analysis.scenario.adapter_version,
-            ))
+            )
+            session.add(result)
+            index_fields(session, result)
         analysis.status, analysis.reason = AnalysisStatus.DONE, None
 
 

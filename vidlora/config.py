@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -80,6 +81,10 @@ class Settings(BaseSettings):
     # engine host uses 1 GiB.
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
+    # The grammar engine that enforces scenarios' output schemas. Structured answers are
+    # generated compact (no whitespace between JSON tokens): a model may otherwise spend its
+    # whole max_tokens on grammar-legal blanks inside an unfinished answer.
+    structured_outputs_backend: Literal["xgrammar", "guidance"] = "xgrammar"
     batch_max_requests: int = 16
     batch_max_tokens: int = 65536
     # A partly filled batch waits at most this long for more analyses of its adapter.

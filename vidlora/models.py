@@ -26,6 +26,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
 from vidlora.lifecycle import (
@@ -67,6 +68,8 @@ def _status_check(name: str, states: type, column: str = "status") -> CheckConst
 
 
 Timestamp = DateTime(timezone=True)
+# A structured answer: JSONB on PostgreSQL (indexable, compared by value), JSON elsewhere.
+Document = JSON().with_variant(JSONB(), "postgresql")
 
 
 class Scenario(Base):
@@ -259,7 +262,10 @@ class Result(Base):
         ForeignKey("analysis.id", ondelete="CASCADE"), unique=True
     )
     text: Mapped[str] = mapped_column(Text)  # the model's output, untrusted, never edited
-    parsed: Mapped[dict[str, Any] | None] = mapped_column()
+    # A structured scenario's answer as data: the model's (valid against the schema it ran
+    # with) and a reviewer's schema-valid edit; its leaves are indexed in result_field.
+    parsed: Mapped[dict[str, Any] | None] = mapped_column(Document)
+    edited_parsed: Mapped[dict[str, Any] | None] = mapped_column(Document)
     prompt_tokens: Mapped[int] = mapped_column(Integer)
     output_tokens: Mapped[int] = mapped_column(Integer)
     latency_s: Mapped[float] = mapped_column(Float)
@@ -274,6 +280,24 @@ class Result(Base):
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")
     reviews: Mapped[list[Review]] = relationship(back_populates="result", order_by="Review.id")
+
+
+class ResultField(Base):
+    """One leaf of a result's current structured answer (``vidlora.results.fields``): the
+    table field queries, ranges and facet counts run on, the same on every database."""
+
+    __tablename__ = "result_field"
+    __table_args__ = (
+        Index("ix_result_field_path_text", "path", "text"),
+        Index("ix_result_field_path_num", "path", "num"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(255))  # "finds.material"
+    item: Mapped[int | None] = mapped_column(Integer)  # index in the path's first array
+    text: Mapped[str | None] = mapped_column(String(512))  # strings, enums, "true"/"false"
+    num: Mapped[float | None] = mapped_column(Float)  # numbers and integers
 
 
 class Review(Base):

@@ -135,6 +135,7 @@ class EngineHost:
             "gpu_memory_utilization": float(s.gpu_memory_utilization),
             "enforce_eager": bool(s.enforce_eager),
             "limit_mm_per_prompt": {"video": 1, "image": 0},
+            "structured_outputs_config": {"backend": s.structured_outputs_backend, "disable_any_whitespace": True},
         }
         if s.served_model_name:
             kwargs["served_model_name"] = s.served_model_name

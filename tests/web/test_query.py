@@ -76,7 +76,7 @@ def test_search_uses_edited_text(logged_in_client, factory):
 
 
 def test_search_can_use_the_gin_index(database):
-    from web.query.filters import ResultFilters, build_query
+    from vidlora.results.query import ResultFilters, build_query
 
     stmt = build_query(ResultFilters(q="amphora"), postgres=True)
     with session_scope() as session:

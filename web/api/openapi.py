@@ -38,6 +38,12 @@ RESULT_FILTERS = [
     {"name": "q", "in": "query", "schema": {"type": "string", "maxLength": 500},
      "description": "Full-text search in the (edited) result text; web-search syntax: "
                     "words, \"phrases\", or, -exclude"},
+    {"name": "where", "in": "query", "style": "form", "explode": True,
+     "schema": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 300}},
+     "description": "Field conditions on a structured scenario's answers (needs scenario), repeatable, all "
+                    "must hold: FIELD OP VALUE with OP one of = != > >= < <= ~ (contains); FIELD is the "
+                    "path (finds.material) or a unique ending of it (material). On an array a condition "
+                    "holds when any item meets it; conditions on one array hold for the same item."},
 ]
 
 SCHEMAS: dict[str, Any] = {
@@ -69,14 +75,19 @@ SCHEMAS: dict[str, Any] = {
                       ("edited_text", "string"), ("final_text", "string"), ("prompt_tokens", "integer"),
                       ("output_tokens", "integer"), ("latency_s", "number"), ("finish_reason", "string"),
                       ("model", "string"), ("adapter", "string"), ("adapter_version", "string"),
-                      ("health", "object"), ("created_at", "string"), ("finished_at", "string")]}},
+                      ("reviewed_by", "string"), ("reviewed_at", "string"), ("engine_versions", "object"),
+                      ("frame_timestamps", "array"), ("health", "object"), ("fields", "object"),
+                      ("model_fields", "object"), ("created_at", "string"), ("finished_at", "string")]}},
     "Review": {"type": "object", "properties": {
         "id": {"type": "integer"}, "action": {"type": "string", "enum": list(values(ReviewAction))},
         "user": {"type": "string", "nullable": True}, "text": {"type": "string", "nullable": True},
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
+SCHEMAS["ResultRow"]["properties"]["frame_timestamps"]["items"] = {"type": "number"}
+SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
+    "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
-    "parsed": {"type": "object", "nullable": True}, "reviews": {"type": "array", "items": _ref("Review")}}}]}
+    "reviews": {"type": "array", "items": _ref("Review")}}}]}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -127,6 +138,17 @@ def openapi_document() -> dict[str, Any]:
                     "page": {"type": "integer"}, "per_page": {"type": "integer"}, "total": {"type": "integer"},
                     "filters": {"type": "object"}, "results": {"type": "array", "items": _ref("ResultRow")}}}),
                     **ERRORS}}},
+            "/results/facets": {"get": {
+                "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
+                "parameters": RESULT_FILTERS,
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "filters": {"type": "object"}, "total": {"type": "integer"},
+                    "facets": {"type": "array", "items": {"type": "object", "properties": {
+                        "field": {"type": "string"}, "kind": {"type": "string"},
+                        "array": {"type": "string", "nullable": True},
+                        "values": {"type": "array", "items": {"type": "object", "properties": {
+                            "value": {"type": "string"}, "count": {"type": "integer"},
+                            "where": {"type": "string"}}}}}}}}}), **ERRORS}}},
             "/results/{result_id}": {"get": {
                 "summary": "One result with its review history", "parameters": [ID("result_id")],
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
@@ -136,6 +158,8 @@ def openapi_document() -> dict[str, Any]:
                     "type": "object", "required": ["action"], "properties": {
                         "action": {"type": "string", "enum": list(values(ReviewAction))},
                         "text": {"type": "string", "description": "The corrected text (action edit)"},
+                        "fields": {"type": "object", "description": "A structured result's corrected answer "
+                                   "(action edit): must be valid against the scenario's output schema"},
                         "note": {"type": "string"}}}}}},
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
         },

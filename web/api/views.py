@@ -4,7 +4,6 @@ from flask import abort, current_app, jsonify, request, url_for
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
-from vidlora.db import is_postgres
 from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
 from vidlora.status import batch_view
@@ -15,8 +14,9 @@ from web.batches.progress import summarise, view_dict
 from web.database import get_db
 from web.errors import render_error
 from web.pagination import page_number
-from web.query.filters import FilterError, build_query, count, parse_filters
-from web.query.rows import row_dict
+from vidlora.results.export import with_provenance
+from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
+from vidlora.results.rows import row_dict
 from web.review.actions import ReviewError, apply_review
 from web.scenarios.health import holders, worker_health
 from web.upload.service import UploadError, from_request, start_batch
@@ -99,17 +99,29 @@ def results():
     session = get_db()
     filters = parse_filters(request.args)
     size, page = _per_page(), page_number()
-    stmt = build_query(filters, is_postgres())
+    stmt = result_query(session, filters)
     total = count(session, stmt)
-    rows = session.execute(stmt.offset((page - 1) * size).limit(size)).all()
+    rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
     return jsonify(page=page, per_page=size, total=total, filters=filters.as_args(),
                    results=[row_dict(*row) for row in rows])
+
+
+@bp.get("/results/facets")
+def result_facets():
+    """Per controlled-vocabulary field of the scenario, the count of matching results per value."""
+    session = get_db()
+    filters = parse_filters(request.args)
+    if not filters.scenario:
+        raise FilterError("Facets are per scenario: give scenario=NAME.")
+    return jsonify(filters=filters.as_args(), total=count(session, result_query(session, filters)), facets=[{
+        "field": f.field.path, "kind": f.field.kind, "array": f.field.array,
+        "values": [{"value": v.value, "count": v.count, "where": v.condition} for v in f.values],
+    } for f in facets(session, filters)])
 
 
 def _result_json(result: Result) -> dict:
     analysis = result.analysis
     data = row_dict(analysis, result, analysis.video, analysis.scenario)
-    data["parsed"] = result.parsed
     data["reviews"] = [{
         "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
         "text": r.text, "note": r.note, "created_at": r.created_at.isoformat(),
@@ -139,6 +151,7 @@ def review(result_id: int):
     text, note = body.get("text"), body.get("note")
     if (text is not None and not isinstance(text, str)) or (note is not None and not isinstance(note, str)):
         raise ReviewError("text and note must be strings.")
-    apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note)
+    fields = body.get("fields") if request.is_json else None
+    apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note, fields=fields)
     session.commit()
     return jsonify(_result_json(result))

@@ -1,15 +1,22 @@
 """Reviewing a result: approve, reject, edit, or just note. Shared by the pages and the API.
 
 The model's text in ``Result.text`` is never changed; an edit goes to ``Result.edited_text``
-and into an append-only ``Review`` row, so the full history can be shown and audited.
+and into an append-only ``Review`` row, so the full history can be shown and audited. A
+structured result's edit is a value valid against its scenario's schema: kept as data in
+``Result.edited_parsed`` (its fields re-indexed for queries) and as compact JSON text.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import jsonschema
 from sqlalchemy.orm import Session
 
 from vidlora.lifecycle import ReviewAction, ReviewState
 from vidlora.models import Result, Review
+from vidlora.results.fields import final_value, index_fields
 
 STATE_AFTER = {ReviewAction.APPROVE: ReviewState.APPROVED, ReviewAction.REJECT: ReviewState.REJECTED,
                ReviewAction.EDIT: ReviewState.EDITED}
@@ -25,18 +32,56 @@ def current_text(result: Result) -> str:
     return result.edited_text if result.edited_text is not None else result.text
 
 
+def output_schema(result: Result) -> dict[str, Any] | None:
+    """The schema a result's edits must follow: its scenario's, where the model's answer was
+    structured (a free-text result of a scenario that later gained a schema stays text)."""
+    if result.parsed is None:
+        return None
+    return result.analysis.scenario.output_schema
+
+
+def as_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _structured_edit(result: Result, schema: dict[str, Any], text: str | None, fields: Any) -> str:
+    if fields is None:
+        try:
+            fields = json.loads(_clean(text))
+        except ValueError as exc:
+            raise ReviewError(f"This result is structured: send its fields (or JSON text). Not JSON: {exc}.") from None
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(fields), key=lambda e: list(e.path))
+    if errors:
+        raise ReviewError("The edit does not fit the scenario's schema: " + "; ".join(
+            f"{'.'.join(str(p) for p in e.path) or 'the answer'}: {e.message}" for e in errors[:5]) + ".")
+    if fields == final_value(result):
+        raise ReviewError("No field changed; nothing to save.")
+    edited = as_text(fields)
+    if len(edited) > MAX_TEXT_CHARS:
+        raise ReviewError(f"The edited answer may have at most {MAX_TEXT_CHARS} characters.")
+    result.edited_parsed = fields
+    return edited
+
+
 def _clean(value: str | None) -> str:
     # Browsers send textarea lines as CRLF; store what people typed, not their OS.
     return (value or "").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def apply_review(session: Session, result: Result, action: str, user_id: int | None,
-                 text: str | None = None, note: str | None = None) -> Review:
+                 text: str | None = None, note: str | None = None, fields: Any = None) -> Review:
+    """``fields``: a structured result's edited answer as data (the form's or the API's);
+    ``text`` may carry it as JSON instead."""
     note_text = _clean(note).strip() or None
     if note_text and len(note_text) > MAX_NOTE_CHARS:
         raise ReviewError(f"A note may have at most {MAX_NOTE_CHARS} characters.")
     edited: str | None = None
-    if action == "edit":
+    schema = output_schema(result)
+    if action == "edit" and schema is not None:
+        edited = _structured_edit(result, schema, text, fields)
+        result.edited_text = edited
+        index_fields(session, result)
+    elif action == "edit":
         edited = _clean(text)
         if not edited.strip():
             raise ReviewError("The edited text is empty. To discard a result, reject it instead.")

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import json
+
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy.orm import selectinload
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
+from vidlora.results.fields import changes, final_value
 from web.database import get_db
 from web.review import bp
-from web.review.actions import ReviewError, apply_review, current_text, history
+from web.review.actions import ReviewError, apply_review, current_text, history, output_schema
 from web.review.diff import word_diff
+from web.review.schema_form import FormError, form_tree, read_form
 from web.security import safe_next
 
 DONE_MESSAGES = {"approve": "Approved.", "reject": "Rejected.", "edit": "Edit saved.", "note": "Note added."}
@@ -33,14 +37,32 @@ def index():
     return redirect(url_for("query.index", status=AnalysisStatus.DONE, review_state=ReviewState.UNREVIEWED))
 
 
-def _page(result: Result, error: str | None = None, draft: str | None = None, note: str = "", status: int = 200):
-    entries = [(review, word_diff(before, review.text) if before is not None else None)
-               for review, before in history(result)]
-    diff = word_diff(result.text, result.edited_text) if result.edited_text is not None else None
+def _json(text: str | None):
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _page(result: Result, error: str | None = None, draft=None, note: str = "", status: int = 200):
+    schema = output_schema(result)
+    if schema is None:
+        entries = [(review, word_diff(before, review.text) if before is not None else None, None)
+                   for review, before in history(result)]
+        diff = word_diff(result.text, result.edited_text) if result.edited_text is not None else None
+        field_diff, form = None, None
+    else:
+        # A structured answer is shown, edited and compared field by field.
+        entries = [(review, None, changes(_json(before), _json(review.text)) if before is not None else None)
+                   for review, before in history(result)]
+        diff = None
+        field_diff = changes(result.parsed, result.edited_parsed) if result.edited_parsed is not None else None
+        form = form_tree(schema, final_value(result) if draft is None else draft)
     return render_template(
         "review/result.html", result=result, analysis=result.analysis, video=result.analysis.video,
-        scenario=result.analysis.scenario, history=entries, diff=diff, error=error,
-        draft=current_text(result) if draft is None else draft, note=note,
+        scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
+        answer=final_value(result), error=error,
+        draft=current_text(result) if draft is None or schema is not None else draft, note=note,
     ), status
 
 
@@ -54,11 +76,16 @@ def act(result_id: int):
     session = get_db()
     result = _result_or_404(result_id)
     action = request.form.get("action", "")
+    schema = output_schema(result)
+    fields = draft = None
     try:
-        apply_review(session, result, action, current_user.id, request.form.get("text"), request.form.get("note"))
-    except ReviewError as exc:
+        if schema is not None and action == "edit":
+            fields = draft = read_form(schema, request.form)
+        apply_review(session, result, action, current_user.id, request.form.get("text"), request.form.get("note"),
+                     fields=fields)
+    except (ReviewError, FormError) as exc:
         session.rollback()
-        return _page(_result_or_404(result_id), str(exc), request.form.get("text"),
+        return _page(_result_or_404(result_id), str(exc), draft if schema is not None else request.form.get("text"),
                      request.form.get("note", ""), 400)
     session.commit()
     flash(DONE_MESSAGES[action], "success")

@@ -1,0 +1,153 @@
+"""Exports of a result query: CSV (one row per result, and one per item of an answer's
+arrays), JSON Lines with the typed answer, and Parquet with the answer as typed columns.
+
+CSV columns: the row's columns (``rows.COLUMNS``), then, for a structured scenario, one
+``field.<path>`` column per top-level scalar of its schema, and one per top-level array
+holding the array as JSON; ``items`` gives each array item its own row with a column per
+field. Every generator opens its own session and reads in chunks (``yield_per``), so an
+export of every result neither holds the caller's session nor loads everything into memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from sqlalchemy import Select
+from sqlalchemy.orm import selectinload
+
+from vidlora.db import session_scope
+from vidlora.models import Analysis, Result, Review
+from vidlora.results.fields import FieldSpec
+from vidlora.results.query import ResultFilters, result_query, scenario_fields, scenario_schema
+from vidlora.results.rows import COLUMNS, row_dict
+
+CHUNK = 500
+FORMATS = ("csv", "items", "jsonl", "parquet")
+# Spreadsheet programs run a cell starting with these as a formula ("CSV injection");
+# model output is untrusted, so such cells get a leading apostrophe in CSV (not in JSONL).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+FIELD_PREFIX = "field."
+
+
+def with_provenance(stmt: Select) -> Select:
+    """Load what a row names besides the answer (frames, reviews) with the rows, not per row."""
+    return stmt.options(selectinload(Analysis.frame_set),
+                        selectinload(Result.reviews).selectinload(Review.user))
+
+
+def _rows(filters: ResultFilters) -> Iterator[dict]:
+    with session_scope() as session:
+        stmt = with_provenance(result_query(session, filters)).execution_options(yield_per=CHUNK)
+        for analysis, result, video, scenario in session.execute(stmt):
+            yield row_dict(analysis, result, video, scenario)
+
+
+def _fields(filters: ResultFilters) -> list[FieldSpec]:
+    with session_scope() as session:
+        return scenario_fields(session, filters.scenario)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, str):
+        return str(value)
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
+def _get(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _writer() -> tuple[csv.writer, io.StringIO]:
+    buffer = io.StringIO()
+    # Every cell quoted: a spreadsheet in a locale whose separator is ';' then still reads
+    # one cell per value, and never a bare '=...'.
+    return csv.writer(buffer, quoting=csv.QUOTE_ALL), buffer
+
+
+def _flush(buffer: io.StringIO) -> str:
+    data = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return data
+
+
+def field_columns(fields: list[FieldSpec]) -> list[str]:
+    """The answer's top-level scalars, then its top-level arrays (as JSON), by path."""
+    scalars = [f.path for f in fields if f.array is None]
+    arrays = list(dict.fromkeys(f.array for f in fields if f.array is not None))
+    return scalars + arrays
+
+
+def csv_lines(filters: ResultFilters) -> Iterator[str]:
+    extra = field_columns(_fields(filters))
+    writer, buffer = _writer()
+    writer.writerow([*COLUMNS, *(FIELD_PREFIX + c for c in extra)])
+    yield "\ufeff" + _flush(buffer)  # a BOM: spreadsheet programs then read UTF-8 names correctly
+    for row in _rows(filters):
+        writer.writerow([_cell(row[c]) for c in COLUMNS] + [_cell(_get(row["fields"], c)) for c in extra])
+        yield _flush(buffer)
+
+
+ITEM_COLUMNS = ("analysis_id", "result_id", "video_id", "video_name", "scenario", "review_state", "array", "item")
+
+
+def items_lines(filters: ResultFilters) -> Iterator[str]:
+    """One row per item of each top-level array of the answer (one row per find, per chamber)."""
+    fields = _fields(filters)
+    arrays = list(dict.fromkeys(f.array for f in fields if f.array is not None))
+    columns = [f.path for f in fields if f.array is not None]
+    writer, buffer = _writer()
+    writer.writerow([*ITEM_COLUMNS, *(FIELD_PREFIX + c for c in columns)])
+    yield "\ufeff" + _flush(buffer)
+    for row in _rows(filters):
+        answer = row["fields"]
+        for array in arrays:
+            items = _get(answer, array)
+            for index, item in enumerate(items if isinstance(items, list) else []):
+                cells = []
+                for path in columns:
+                    if path == array:  # a list of scalars: the item is the value
+                        cells.append(_cell(item))
+                    elif path.startswith(array + "."):
+                        cells.append(_cell(_get(item, path[len(array) + 1:])))
+                    else:
+                        cells.append("")
+                writer.writerow([_cell(row[c]) for c in ITEM_COLUMNS[:6]] + [array, str(index)] + cells)
+                yield _flush(buffer)
+
+
+def jsonl_lines(filters: ResultFilters) -> Iterator[str]:
+    for row in _rows(filters):
+        yield json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def write_parquet(filters: ResultFilters, out: BinaryIO | str) -> int:
+    """The rows as Parquet; a structured scenario's answer as typed nested columns. Returns
+    the number of rows written."""
+    from vidlora.results.parquet import ParquetRows
+
+    with session_scope() as session:
+        schema = scenario_schema(session, filters.scenario)
+    writer = ParquetRows(out, schema)
+    chunk: list[dict] = []
+    for row in _rows(filters):
+        chunk.append(row)
+        if len(chunk) >= CHUNK:
+            writer.write(chunk)
+            chunk = []
+    writer.write(chunk)
+    return writer.close()

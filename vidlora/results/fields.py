@@ -1,0 +1,187 @@
+"""A structured answer as fields: what a scenario's JSON Schema names, and the answer's leaves.
+
+A *field* is a dotted path through the schema's objects, arrays taken implicitly:
+``finds.material`` is the material of every item of ``finds``. Each leaf value of an answer
+(edited by a reviewer or the model's own) is kept as one ``result_field`` row, so one indexed
+table serves equality, ranges, "any find with material = bronze" and facet counts alike on
+PostgreSQL and SQLite; ``item`` is the index in the first array on the path, so conditions
+on one array can be required to hold for the same item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from vidlora.models import Result, ResultField
+
+# Long strings (a transcription) are indexed by their start: equality and facets are for
+# controlled vocabularies and short names; the whole text stays in the result's JSON.
+MAX_INDEXED_CHARS = 512
+SCALAR_TYPES = ("string", "number", "integer", "boolean")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One leaf of a scenario's schema."""
+
+    path: str
+    kind: str  # string | number | integer | boolean
+    enum: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    array: str | None = None  # the first array on the path ("finds"), None for a top-level scalar
+    many: bool = False  # a list of scalars (each element is one value of the field)
+    description: str = ""
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("number", "integer")
+
+    @property
+    def facetable(self) -> bool:
+        """Values a team counts: a controlled vocabulary or a yes/no."""
+        return self.enum is not None or self.kind == "boolean"
+
+    @property
+    def label(self) -> str:
+        return self.path.replace("_", " ").replace(".", " › ")
+
+
+def resolve_ref(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return resolve_ref(target, root) if isinstance(target, dict) else {}
+    return node
+
+
+def kind_of(node: dict[str, Any]) -> str | None:
+    kind = node.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if kind is None and "enum" in node:
+        values = [v for v in node["enum"] if v is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            return "boolean"
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return "number"
+        return "string"
+    if kind is None and "properties" in node:
+        return "object"
+    return kind
+
+
+def schema_fields(schema: dict[str, Any] | None) -> list[FieldSpec]:
+    """Every leaf field of a schema, in the schema's own order."""
+    if not schema:
+        return []
+    out: list[FieldSpec] = []
+
+    def walk(node: dict[str, Any], path: str, array: str | None) -> None:
+        node = resolve_ref(node, schema)
+        kind = kind_of(node)
+        if kind == "object":
+            for name, child in (node.get("properties") or {}).items():
+                if isinstance(child, dict):
+                    walk(child, f"{path}.{name}" if path else name, array)
+        elif kind == "array" and isinstance(node.get("items"), dict):
+            items = resolve_ref(node["items"], schema)
+            if kind_of(items) in SCALAR_TYPES and path:
+                out.append(_leaf(items, path, array or path, many=True))
+            elif path:
+                walk(items, path, array or path)
+        elif kind in SCALAR_TYPES and path:
+            out.append(_leaf(node, path, array))
+
+    walk(schema, "", None)
+    return out
+
+
+def _leaf(node: dict[str, Any], path: str, array: str | None, many: bool = False) -> FieldSpec:
+    enum = tuple(v for v in node["enum"] if v is not None) if isinstance(node.get("enum"), list) else None
+    return FieldSpec(path=path, kind=kind_of(node) or "string", enum=enum, minimum=node.get("minimum"),
+                     maximum=node.get("maximum"), array=array, many=many,
+                     description=str(node.get("description") or ""))
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: str
+    item: int | None
+    text: str | None
+    num: float | None
+
+
+def leaves(value: Any) -> Iterator[Leaf]:
+    """The scalar leaves of an answer, by the same paths as ``schema_fields``."""
+
+    def walk(node: Any, path: str, item: int | None) -> Iterator[Leaf]:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                yield from walk(child, f"{path}.{key}" if path else str(key), item)
+        elif isinstance(node, list):
+            for index, child in enumerate(node):
+                yield from walk(child, path, index if item is None else item)
+        elif node is None or not path:
+            return
+        elif isinstance(node, bool):
+            yield Leaf(path, item, "true" if node else "false", None)
+        elif isinstance(node, (int, float)):
+            yield Leaf(path, item, None, float(node))
+        else:
+            yield Leaf(path, item, str(node)[:MAX_INDEXED_CHARS], None)
+
+    yield from walk(value, "", None)
+
+
+def final_value(result: Result) -> Any:
+    """The answer as it stands: the reviewer's edit, else the model's."""
+    return result.edited_parsed if result.edited_parsed is not None else result.parsed
+
+
+def index_fields(session: Session, result: Result) -> None:
+    """Replace a result's field rows with the leaves of its current answer (after it is
+    stored, and after every edit). A free-text result has none."""
+    session.flush()  # the result has its id
+    session.execute(delete(ResultField).where(ResultField.result_id == result.id))
+    value = final_value(result)
+    if value is None:
+        return
+    session.add_all(ResultField(result_id=result.id, path=leaf.path[:255], item=leaf.item, text=leaf.text,
+                                num=leaf.num) for leaf in leaves(value))
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: str  # with item positions: "finds[1].material"
+    before: Any
+    after: Any
+
+
+def _positions(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, child in value.items():
+            out.update(_positions(child, f"{path}.{key}" if path else str(key)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        out = {}
+        for index, child in enumerate(value):
+            out.update(_positions(child, f"{path}[{index}]"))
+        return out
+    return {path: value}  # a scalar, or a list of scalars compared whole
+
+
+def changes(before: Any, after: Any) -> list[FieldChange]:
+    """What an edit changed, field by field (an added or removed item shows as its fields
+    going from or to nothing)."""
+    old, new = _positions(before), _positions(after)
+    return [FieldChange(path, old.get(path), new.get(path)) for path in dict.fromkeys([*old, *new])
+            if old.get(path) != new.get(path)]

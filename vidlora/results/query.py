@@ -1,0 +1,249 @@
+"""The result query: filters from a query string to one SQL statement (pages, API, exports,
+``vidlora results``), and the facet counts beside it.
+
+Rows are analyses, with their result when there is one, so "failed" or "running" work can be
+listed too. Full-text search on PostgreSQL uses exactly the expression of the GIN index
+``ix_result_fts``, so the planner can use it; SQLite falls back to a substring match. Field
+conditions (``vidlora.results.conditions``) run on the indexed ``result_field`` rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+
+from sqlalchemy import ColumnElement, Select, and_, exists, func, literal_column, select
+from sqlalchemy.orm import Session, aliased
+
+from vidlora.lifecycle import AnalysisStatus, ReviewState, values
+from vidlora.models import Analysis, BatchItem, Result, ResultField, Scenario, Video
+from vidlora.results.conditions import Condition, ConditionError, parse_conditions
+from vidlora.results.fields import FieldSpec, schema_fields
+
+MAX_QUERY_CHARS = 500
+MAX_CONDITION_CHARS = 300
+
+
+class FilterError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ResultFilters:
+    scenario: str = ""
+    review_state: str = ""
+    status: str = ""
+    batch: int | None = None
+    date_from: date | None = None
+    date_to: date | None = None
+    q: str = ""
+    where: tuple[str, ...] = field(default=())  # field conditions, as typed
+
+    @property
+    def active(self) -> bool:
+        return any(v not in ("", None, ()) for v in asdict(self).values())
+
+    def as_args(self) -> dict[str, str | list[str]]:
+        """The filters as query-string arguments (export and facet links carry the same query)."""
+        args: dict[str, str | list[str]] = {k: str(v) for k, v in asdict(self).items()
+                                            if k != "where" and v not in ("", None)}
+        if self.where:
+            args["where"] = list(self.where)
+        return args
+
+    def with_where(self, condition: str | None = None, without: str | None = None) -> "ResultFilters":
+        """These filters with one condition added (a facet link) or removed (its chip)."""
+        where = [w for w in self.where if w != without]
+        if condition is not None and condition not in where:
+            where.append(condition)
+        return ResultFilters(**{**asdict(self), "where": tuple(where)})
+
+
+def _date(value: str, label: str) -> date | None:
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise FilterError(f"{label} must be a date like 2026-11-30.") from None
+
+
+def parse_filters(args) -> ResultFilters:
+    """From request.args (or any mapping); raises FilterError with a message for people."""
+    get = lambda key: (args.get(key) or "").strip()  # noqa: E731
+    review_state, status = get("review_state"), get("status")
+    if review_state and review_state not in values(ReviewState):
+        raise FilterError(f"Review state must be one of: {', '.join(values(ReviewState))}.")
+    if status and status not in values(AnalysisStatus):
+        raise FilterError(f"Status must be one of: {', '.join(values(AnalysisStatus))}.")
+    batch_raw = get("batch")
+    if batch_raw and not batch_raw.isdigit():
+        raise FilterError("Batch must be a batch number.")
+    q = get("q")
+    if len(q) > MAX_QUERY_CHARS:
+        raise FilterError(f"The search text may have at most {MAX_QUERY_CHARS} characters.")
+    raw_where = args.getlist("where") if hasattr(args, "getlist") else args.get("where") or []
+    where = tuple(w.strip() for w in ([raw_where] if isinstance(raw_where, str) else raw_where) if w and w.strip())
+    if any(len(w) > MAX_CONDITION_CHARS for w in where):
+        raise FilterError(f"A field condition may have at most {MAX_CONDITION_CHARS} characters.")
+    filters = ResultFilters(
+        scenario=get("scenario"), review_state=review_state, status=status,
+        batch=int(batch_raw) if batch_raw else None,
+        date_from=_date(get("date_from"), "From"), date_to=_date(get("date_to"), "To"), q=q,
+        where=tuple(dict.fromkeys(where)),
+    )
+    if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
+        raise FilterError("The 'from' date is after the 'to' date.")
+    return filters
+
+
+def _fts_document():
+    # Must match the index expression in the initial migration, character for character.
+    return func.to_tsvector(literal_column("'english'"), func.coalesce(Result.edited_text, Result.text))
+
+
+def scenario_schema(session: Session, name: str) -> dict | None:
+    """A scenario's output schema (None for a free-text or unknown scenario, or none chosen)."""
+    if not name:
+        return None
+    return session.scalar(select(Scenario.output_schema).where(Scenario.name == name))
+
+
+def scenario_fields(session: Session, name: str) -> list[FieldSpec]:
+    """The fields of a scenario's answers (none for a free-text or unknown scenario)."""
+    return schema_fields(scenario_schema(session, name))
+
+
+def field_conditions(session: Session, filters: ResultFilters) -> list[Condition]:
+    try:
+        return parse_conditions(filters.where, scenario_fields(session, filters.scenario))
+    except ConditionError as exc:
+        raise FilterError(str(exc)) from None
+
+
+def _matches(column: type[ResultField], cond: Condition) -> ColumnElement[bool]:
+    if cond.field.numeric:
+        value = column.num
+    else:
+        value = column.text
+    if cond.op == "~":
+        pattern = "%" + str(cond.value).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return value.ilike(pattern, escape="\\")
+    return {"=": value == cond.value, "!=": value != cond.value, ">": value > cond.value, ">=": value >= cond.value,
+            "<": value < cond.value, "<=": value <= cond.value}[cond.op]
+
+
+def _field_clause(conditions: list[Condition]) -> ColumnElement[bool]:
+    """Each condition holds for some leaf; conditions on one array hold for the same item."""
+    groups: dict[str | None, list[Condition]] = {}
+    for cond in conditions:
+        groups.setdefault(cond.field.array, []).append(cond)
+    clauses: list[ColumnElement[bool]] = []
+    for array, group in groups.items():
+        if array is None:
+            for cond in group:
+                clauses.append(exists().where(ResultField.result_id == Result.id,
+                                              ResultField.path == cond.field.path, _matches(ResultField, cond)))
+            continue
+        first = aliased(ResultField)
+        where = [first.result_id == Result.id, first.path == group[0].field.path, _matches(first, group[0])]
+        for cond in group[1:]:
+            other = aliased(ResultField)
+            where.append(exists().where(other.result_id == first.result_id, other.item == first.item,
+                                        other.path == cond.field.path, _matches(other, cond)))
+        clauses.append(exists().where(*where))
+    return and_(*clauses)
+
+
+def result_query(session: Session, filters: ResultFilters) -> Select:
+    """The statement for these filters on this session's database."""
+    return build_query(filters, session.get_bind().dialect.name == "postgresql", field_conditions(session, filters))
+
+
+def build_query(filters: ResultFilters, postgres: bool, conditions: list[Condition] | None = None) -> Select:
+    stmt = (
+        select(Analysis, Result, Video, Scenario)
+        .join(Video, Video.id == Analysis.video_id)
+        .join(Scenario, Scenario.id == Analysis.scenario_id)
+    )
+    # An inner join when only rows with a result can match: with an outer join PostgreSQL
+    # cannot push the search condition down to the result table and its GIN index.
+    needs_result = bool(filters.review_state or filters.q or conditions)
+    stmt = stmt.join(Result, Result.analysis_id == Analysis.id, isouter=not needs_result)
+    if filters.scenario:
+        stmt = stmt.where(Scenario.name == filters.scenario)
+    if filters.review_state:
+        stmt = stmt.where(Result.review_state == filters.review_state)
+    if filters.status:
+        stmt = stmt.where(Analysis.status == filters.status)
+    if filters.batch is not None:
+        # A video seen in an earlier batch keeps its analyses; membership is by batch item.
+        stmt = stmt.where(Analysis.video_id.in_(
+            select(BatchItem.video_id).where(BatchItem.batch_id == filters.batch, BatchItem.video_id.is_not(None))
+        ))
+    if filters.date_from:
+        stmt = stmt.where(Analysis.created_at >= datetime.combine(filters.date_from, time(), timezone.utc))
+    if filters.date_to:
+        end = datetime.combine(filters.date_to + timedelta(days=1), time(), timezone.utc)
+        stmt = stmt.where(Analysis.created_at < end)
+    if conditions:
+        stmt = stmt.where(_field_clause(conditions))
+    if filters.q:
+        if postgres:
+            query = func.websearch_to_tsquery(literal_column("'english'"), filters.q)
+            stmt = stmt.where(_fts_document().bool_op("@@")(query))
+            return stmt.order_by(func.ts_rank(_fts_document(), query).desc(), Analysis.id.desc())
+        pattern = "%" + filters.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(func.coalesce(Result.edited_text, Result.text).ilike(pattern, escape="\\"))
+    return stmt.order_by(Analysis.id.desc())
+
+
+@dataclass(frozen=True)
+class FacetValue:
+    value: str
+    count: int
+    condition: str  # the condition that selects it
+    active: bool
+
+
+@dataclass(frozen=True)
+class Facet:
+    field: FieldSpec
+    values: list[FacetValue]
+
+
+def _facet_text(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def facets(session: Session, filters: ResultFilters) -> list[Facet]:
+    """For a structured scenario: each controlled-vocabulary field with, per value, how many
+    results of the current filter have it (any item, for an array)."""
+    fields = [f for f in scenario_fields(session, filters.scenario) if f.facetable]
+    if not fields:
+        return []
+    ids = (result_query(session, filters).with_only_columns(Result.id).where(Result.id.is_not(None))
+           .order_by(None).scalar_subquery())
+    rows = session.execute(
+        select(ResultField.path, ResultField.text, func.count(func.distinct(ResultField.result_id)))
+        .where(ResultField.result_id.in_(ids), ResultField.path.in_([f.path for f in fields]))
+        .group_by(ResultField.path, ResultField.text)
+    ).all()
+    counts = {(path, text): n for path, text, n in rows}
+    active = {str(c) for c in field_conditions(session, filters) if c.op == "="}
+    out = []
+    for f in fields:
+        vocabulary = [_facet_text(v) for v in (f.enum if f.enum is not None else (True, False))]
+        vocabulary += sorted({t for (p, t) in counts if p == f.path and t is not None} - set(vocabulary))
+        values = [FacetValue(v, counts.get((f.path, v), 0), f"{f.path}={v}", f"{f.path}={v}" in active)
+                  for v in vocabulary]
+        out.append(Facet(f, values))
+    return out
+
+
+def count(session: Session, stmt: Select) -> int:
+    return session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
+
+
+def scenario_choices(session: Session) -> list[Scenario]:
+    return list(session.scalars(select(Scenario).order_by(Scenario.active.desc(), Scenario.title)))

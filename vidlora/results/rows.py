@@ -1,0 +1,75 @@
+"""One query row as plain data: the JSON API, the exports and ``vidlora results`` use this shape.
+
+Besides the answer, a row carries its provenance (which adapter version and engine produced
+it, from which frames) and its review, so an exported catalogue can be traced and audited
+without the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vidlora.models import Analysis, Result, Scenario, Video
+from vidlora.results.fields import final_value
+
+COLUMNS = (
+    "analysis_id", "result_id", "video_id", "video_name", "scenario", "status", "reason",
+    "review_state", "reviewed_by", "reviewed_at", "text", "edited_text", "final_text",
+    "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
+    "adapter_version", "engine_versions", "frame_timestamps", "health", "created_at", "finished_at",
+)
+# Typed JSON only (JSONL, Parquet, the API): the answer as data, final and as the model gave it.
+STRUCTURED = ("fields", "model_fields")
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:
+    engine = analysis.engine or {}
+    versions = dict(engine.get("versions") or {})
+    if not versions and not engine:
+        return None
+    for key in ("model_config_sha256", "served_model_name"):
+        if engine.get(key):
+            versions[key] = engine[key]
+    return {k: v for k, v in versions.items() if v is not None}
+
+
+def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: Scenario) -> dict[str, Any]:
+    final = None
+    last_review = None
+    if result is not None:
+        final = result.edited_text if result.edited_text is not None else result.text
+        last_review = next((r for r in reversed(result.reviews) if r.action != "note"), None)
+    frame_set = analysis.frame_set
+    return {
+        "analysis_id": analysis.id,
+        "result_id": result.id if result else None,
+        "video_id": video.id,
+        "video_name": video.original_name,
+        "scenario": scenario.name,
+        "status": analysis.status,
+        "reason": analysis.reason,
+        "review_state": result.review_state if result else None,
+        "reviewed_by": (last_review.user.username if last_review and last_review.user else None),
+        "reviewed_at": _iso(last_review.created_at) if last_review else None,
+        "text": result.text if result else None,
+        "edited_text": result.edited_text if result else None,
+        "final_text": final,
+        "prompt_tokens": result.prompt_tokens if result else None,
+        "output_tokens": result.output_tokens if result else None,
+        "latency_s": result.latency_s if result else None,
+        "finish_reason": result.finish_reason if result else None,
+        "model": result.model if result else None,
+        "adapter": result.adapter if result else None,
+        "adapter_version": (result.adapter_version if result else None) or analysis.adapter_version,
+        "engine_versions": _engine_versions(analysis),
+        "frame_timestamps": list(frame_set.timestamps) if frame_set is not None else None,
+        "health": result.health if result else None,
+        "created_at": _iso(analysis.created_at),
+        "finished_at": _iso(analysis.finished_at),
+        "fields": final_value(result) if result else None,
+        "model_fields": result.parsed if result else None,
+    }
