@@ -77,11 +77,12 @@ def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> An
 
 def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
     """A structured scenario's answer, parsed, and whether it is valid against its schema (the
-    engine enforces the schema while generating; this is the check that it did)."""
+    engine enforces the schema while generating; this is the check that it did). Control
+    characters inside strings are read as the grammar let the model write them."""
     if schema is None:
         return None, None
     try:
-        value = json.loads(text)
+        value = storable_value(json.loads(text, strict=False))
     except ValueError:
         return None, False
     valid = jsonschema.Draft202012Validator(schema).is_valid(value)
@@ -92,6 +93,17 @@ def storable_text(text: str) -> str:
     """Model output is untrusted bytes-as-text: PostgreSQL text cannot hold NUL, and lone
     surrogates cannot be encoded; both become U+FFFD so the rest of the output is kept."""
     return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def storable_value(value):
+    """The same for every string (and key) of a parsed answer: JSONB cannot hold NUL either."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [storable_value(v) for v in value]
+    if isinstance(value, dict):
+        return {storable_text(k): storable_value(v) for k, v in value.items()}
+    return value
 
 
 def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from tasks.analyze import _store
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput
-from vidlora.models import Analysis, Batch, FrameSet, Result, Scenario, Video
+from vidlora.models import Analysis, Batch, FrameSet, Result, ResultField, Scenario, Video
 
 SCHEMA = {"type": "object", "required": ["finds"], "properties": {"finds": {"type": "array", "maxItems": 2}}}
 
@@ -59,6 +59,27 @@ def test_a_structured_answer_is_stored_parsed_and_checked(database):
         a = session.get(Analysis, aid)
         r = session.scalar(select(Result).where(Result.analysis_id == aid))
         assert a.status == "done" and r.parsed == {"finds": [{"type": "vessel"}]} and r.health["schema_ok"] is True
+
+
+def test_a_stored_answer_has_its_fields_indexed(database):
+    aid = _running_analysis("analyze-fields")
+    _store(_output(aid, json.dumps({"finds": [{"type": "vessel"}, {"type": "coin"}]}), "stop"), {"model": "m"}, "w")
+    with session_scope() as session:
+        rid = session.scalar(select(Result.id).where(Result.analysis_id == aid))
+        fields = session.execute(select(ResultField.path, ResultField.item, ResultField.text)
+                                 .where(ResultField.result_id == rid).order_by(ResultField.item)).all()
+        assert [tuple(f) for f in fields] == [("finds.type", 0, "vessel"), ("finds.type", 1, "coin")]
+
+
+def test_control_characters_the_grammar_allowed_are_kept_readable(database):
+    # The grammar lets a model write raw control characters (even NUL) inside a JSON string:
+    # read leniently, NUL replaced (neither PostgreSQL text nor JSONB can hold it).
+    aid = _running_analysis("analyze-control")
+    _store(_output(aid, '{"finds": [{"type": "ves\x00sel\x07"}]}', "stop"), {"model": "m"}, "w")
+    with session_scope() as session:
+        r = session.scalar(select(Result).where(Result.analysis_id == aid))
+        assert r.parsed == {"finds": [{"type": "ves\ufffdsel\x07"}]} and r.health["schema_ok"] is True
+        assert "\x00" not in r.text
 
 
 def test_a_structured_answer_cut_off_by_max_tokens_fails_with_the_reason(database):

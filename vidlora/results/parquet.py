@@ -24,8 +24,6 @@ JSON_COLUMNS = {"engine_versions", "health"}
 
 
 def arrow_type(node: dict[str, Any] | None, root: dict[str, Any] | None = None) -> pa.DataType:
-    from vidlora.results.fields import _kind, _resolve
-
     root = root if root is not None else node
     node = resolve_ref(node or {}, root or {})
     kind = kind_of(node)

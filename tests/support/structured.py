@@ -1,0 +1,85 @@
+"""Structured results in the database as the analyze task leaves them (the answer as text and
+data, its fields indexed by the product's own ``index_fields``), for query, export, review and
+CLI tests. Each call makes its own scenario, so tests never see each other's rows."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+CATALOGUE = {
+    "type": "object", "additionalProperties": False, "required": ["finds", "sealed"],
+    "properties": {
+        "site": {"type": "string", "maxLength": 20},
+        "sealed": {"type": "boolean"},
+        "chamber_count": {"type": "integer", "minimum": 0, "maximum": 20},
+        "finds": {"type": "array", "maxItems": 5, "items": {
+            "type": "object", "additionalProperties": False, "required": ["material", "period", "confidence"],
+            "properties": {
+                "material": {"enum": ["bronze", "jade", "ceramic"]},
+                "period": {"enum": ["han", "tang", "unknown"]},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                "decoration": {"type": "string", "maxLength": 40},
+            }}},
+        "damage": {"type": "array", "maxItems": 3, "items": {"enum": ["water", "looting", "none"]}},
+    },
+}
+
+
+@dataclass
+class Seeded:
+    scenario: str
+    batch_id: int
+    result_ids: list[int]  # in the order of the answers
+    analysis_ids: list[int]
+
+
+def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any] = CATALOGUE,
+                    review_states: list[str] | None = None) -> Seeded:
+    """One batch, one video per answer, each with a done analysis of a new structured scenario
+    (an answer of None: the analysis is still running, no result)."""
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video, utcnow
+    from vidlora.results.fields import index_fields
+
+    key = uuid.uuid4().hex[:10]
+    name = f"catalogue_{key}"
+    with session_scope() as session:
+        scenario = Scenario(name=name, title=f"Catalogue {key}", prompt="List the finds.", output_schema=schema,
+                            adapter_path=None, adapter_status="none", sampling={"mode": "uniform", "num_frames": 2},
+                            generation={})
+        batch = Batch(name=f"Site B {key}", source="cli", scenario_names=[name], status="ingested")
+        session.add_all([scenario, batch])
+        session.flush()
+        result_ids, analysis_ids = [], []
+        for index, answer in enumerate(answers):
+            sha = uuid.uuid4().hex * 2
+            video = Video(sha256=sha, path=f"videos/{sha[:2]}/{sha}.mp4", original_name=f"clip-{index}.mp4",
+                          size_bytes=100, status="ready")
+            session.add(video)
+            session.flush()
+            frames = FrameSet(video_id=video.id, policy_key="uniform-2", policy={}, status="done",
+                              timestamps=[0.5, 1.5], files=[], width=64, height=64, backend="test")
+            session.add_all([frames, BatchItem(batch_id=batch.id, name=video.original_name, status="stored",
+                                               video_id=video.id)])
+            session.flush()
+            analysis = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id, frame_set_id=frames.id,
+                                status="done" if answer is not None else "running", attempts=1,
+                                engine={"versions": {"vllm": "0.32.0", "torch": "2.10"}, "model_config_sha256": "cfg1"},
+                                finished_at=utcnow() if answer is not None else None)
+            session.add(analysis)
+            session.flush()
+            analysis_ids.append(analysis.id)
+            if answer is None:
+                continue
+            result = Result(analysis_id=analysis.id, text=json.dumps(answer), parsed=answer, prompt_tokens=300,
+                            output_tokens=40, latency_s=0.5, finish_reason="stop",
+                            health={"ok": True, "schema_ok": True}, model="tiny", adapter=None,
+                            adapter_version="digest-abc",
+                            review_state=review_states[index] if review_states else "unreviewed")
+            session.add(result)
+            index_fields(session, result)
+            result_ids.append(result.id)
+        return Seeded(name, batch.id, result_ids, analysis_ids)
