@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 
 import pytest
@@ -176,3 +177,37 @@ def test_scenarios_and_workers(client, auth, make_worker):
 def test_unknown_api_url_is_json(client, auth):
     response = client.get("/api/v1/nothing", headers=auth)
     assert response.status_code == 404 and response.json["status"] == 404
+
+
+# -- structured results (issue 15) ----------------------------------------------------------
+
+def test_results_by_field_and_facets(client, auth, database):
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]},
+                              {"sealed": False, "finds": [{"material": "jade", "period": "han", "confidence": 0.2}]}])
+    base = f"/api/v1/results?scenario={seeded.scenario}"
+    rows = client.get(base + "&where=material%3Dbronze", headers=auth).json["results"]
+    assert [r["fields"]["finds"][0]["material"] for r in rows] == ["bronze"]
+    assert rows[0]["frame_timestamps"] == [0.5, 1.5] and rows[0]["engine_versions"]["vllm"] == "0.32.0"
+    assert client.get(base + "&where=material%3Dgold", headers=auth).status_code == 400
+    facets = client.get(f"/api/v1/results/facets?scenario={seeded.scenario}&where=period%3Dhan", headers=auth).json
+    by_field = {f["field"]: {v["value"]: v["count"] for v in f["values"]} for f in facets["facets"]}
+    assert facets["total"] == 2 and by_field["finds.material"] == {"bronze": 1, "jade": 1, "ceramic": 0}
+    assert client.get("/api/v1/results/facets", headers=auth).status_code == 400
+
+
+def test_a_structured_edit_through_the_api_is_validated(client, auth, database):
+    from tests.support.structured import seed_structured
+
+    answer = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
+    rid = seed_structured([answer]).result_ids[0]
+    post = lambda body: client.post(f"/api/v1/results/{rid}/review", headers=auth, json=body)  # noqa: E731
+    bad = post({"action": "edit", "fields": {**answer, "sealed": "yes"}})
+    assert bad.status_code == 400 and "sealed: 'yes' is not of type 'boolean'" in bad.json["detail"]
+    good = post({"action": "edit", "fields": {**answer, "sealed": False}, "note": "the lid is off"})
+    assert good.status_code == 200 and good.json["fields"]["sealed"] is False and good.json["model_fields"] == answer
+    final = good.json["final_text"]  # the edit as compact JSON text (what search and CSV read)
+    assert " " not in final and json.loads(final) == {**answer, "sealed": False}
+    as_text = post({"action": "edit", "text": '{"sealed": true, "finds": []}'})
+    assert as_text.status_code == 200 and as_text.json["fields"] == {"sealed": True, "finds": []}

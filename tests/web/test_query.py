@@ -3,6 +3,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import uuid
 from datetime import date, timedelta
 
@@ -146,3 +147,56 @@ def test_date_filter_boundaries(logged_in_client, factory):
     assert logged_in_client.get(url).get_data(as_text=True).count("data-analysis-id=") == 1
     url = f"/results/?batch={made.batch_id}&date_from=2020-03-16"
     assert logged_in_client.get(url).get_data(as_text=True).count("data-analysis-id=") == 0
+
+
+# -- structured results: facets, field conditions, exports (issue 15) -----------------------
+
+CATALOGUE_ANSWERS = [
+    {"sealed": False, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9}]},
+    {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.5}]},
+    {"sealed": True, "finds": [{"material": "bronze", "period": "tang", "confidence": 0.3}], "damage": ["water"]},
+]
+
+
+def test_facets_show_counts_and_link_to_their_condition(logged_in_client, database):
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured(CATALOGUE_ANSWERS)
+    html = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert 'data-testid="facets"' in html and 'data-testid="filter-where"' in html
+    bronze = re.search(r'<a href="([^"]+)" data-testid="facet-finds.material=bronze" data-count="(\d+)"', html)
+    assert bronze and bronze.group(2) == "2"
+    page = logged_in_client.get(bronze.group(1).replace("&amp;", "&")).get_data(as_text=True)
+    assert page.count("data-analysis-id=") == 2 and 'data-condition="finds.material=bronze"' in page
+    assert 'data-testid="facet-sealed=true" data-count="1"' in page  # counts follow the filter
+    assert 'href="/results/export.parquet?scenario=' in page and "where=finds.material%3Dbronze" in page
+
+
+def test_field_conditions_from_the_query_string(logged_in_client, database):
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured(CATALOGUE_ANSWERS)
+    base = f"/results/?scenario={seeded.scenario}"
+    count = lambda q: logged_in_client.get(base + q).get_data(as_text=True).count("data-analysis-id=")  # noqa: E731
+    assert count("&where=material%3Dbronze&where=confidence%3E%3D0.5") == 1
+    assert count("&where=sealed%3Dtrue") == 2
+    assert count("&where=") == 3  # an empty condition box is no condition
+    response = logged_in_client.get(base + "&where=colour%3Dred")
+    assert response.status_code == 400 and "has no field" in response.get_data(as_text=True)
+    assert logged_in_client.get("/results/export.csv?where=material%3Dbronze").status_code == 400
+
+
+def test_items_and_parquet_downloads(logged_in_client, database):
+    import pyarrow.parquet as pq
+
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured(CATALOGUE_ANSWERS)
+    items = logged_in_client.get(f"/results/export.items.csv?scenario={seeded.scenario}&where=material%3Dbronze")
+    assert items.status_code == 200 and "attachment" in items.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(items.get_data(as_text=True).lstrip("\ufeff"))))
+    assert sorted(r["field.finds.material"] for r in rows if r["array"] == "finds") == ["bronze", "bronze"]
+    parquet = logged_in_client.get(f"/results/export.parquet?scenario={seeded.scenario}")
+    assert parquet.status_code == 200 and parquet.headers["Content-Disposition"].endswith(".parquet")
+    table = pq.read_table(io.BytesIO(parquet.data))
+    assert sorted(r["fields"]["finds"][0]["material"] for r in table.to_pylist()) == ["bronze", "bronze", "jade"]

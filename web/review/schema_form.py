@@ -139,36 +139,43 @@ def _scalar(items: dict[str, Any], raw: str, label: str) -> Any:
     return raw
 
 
-def _read(node: dict[str, Any], root: dict[str, Any], form, name: str, label: str) -> Any:
+def _read(node: dict[str, Any], root: dict[str, Any], form, name: str, label: str, required: bool = True) -> Any:
     node = resolve_ref(node, root)
     kind = kind_of(node)
     if kind == "object" and not isinstance(node.get("enum"), list):
         out = {}
+        needed = set(node.get("required") or [])
         for key, child in (node.get("properties") or {}).items():
             if isinstance(child, dict):
-                value = _read(child, root, form, f"{name}/{key}", key)
+                value = _read(child, root, form, f"{name}/{key}", key, key in needed)
                 if value is not MISSING:
                     out[key] = value
         return out
     if kind == "array":
-        items = resolve_ref(node.get("items") or {}, root)
-        if isinstance(items.get("enum"), list):
-            return [_scalar(items, raw, label) for raw in form.getlist(name)]
-        if kind_of(items) in ("string", "number", "integer"):
-            lines = [line.strip() for line in (form.get(name) or "").splitlines()]
-            return [_scalar(items, line, label) for line in lines if line]
-        indices = sorted({key[len(name) + 1:].split("/", 1)[0] for key in form.keys()
-                          if key.startswith(name + "/")} - {NEW}, key=lambda k: int(k) if k.isdigit() else -1)
-        out = []
-        for index in [i for i in indices if i.isdigit()][:MAX_ITEMS]:
-            if form.get(f"{name}/{index}/{REMOVE}"):
-                continue
-            out.append(_read(items, root, form, f"{name}/{index}", f"{label} {int(index) + 1}"))
-        added = f"{name}/{NEW}"
-        if any(key.startswith(added + "/") and form.get(key) for key in form.keys()):
-            out.append(_read(items, root, form, added, f"new {label}"))
-        return out
+        values = _read_array(node, root, form, name, label)
+        return MISSING if not values and not required else values
     raw = form.get(name)
-    if raw is None or (raw.strip() == "" and kind != "string"):
+    # An empty input is an absent value, except a required string, which may be empty.
+    if raw is None or (raw.strip() == "" and (kind != "string" or not required)):
         return MISSING
     return _scalar(node, raw.strip() if kind != "string" else raw.replace("\r\n", "\n"), label)
+
+
+def _read_array(node: dict[str, Any], root: dict[str, Any], form, name: str, label: str) -> list[Any]:
+    items = resolve_ref(node.get("items") or {}, root)
+    if isinstance(items.get("enum"), list):
+        return [_scalar(items, raw, label) for raw in form.getlist(name)]
+    if kind_of(items) in ("string", "number", "integer"):
+        lines = [line.strip() for line in (form.get(name) or "").splitlines()]
+        return [_scalar(items, line, label) for line in lines if line]
+    indices = sorted({key[len(name) + 1:].split("/", 1)[0] for key in form.keys()
+                      if key.startswith(name + "/")} - {NEW}, key=lambda k: int(k) if k.isdigit() else -1)
+    out = []
+    for index in [i for i in indices if i.isdigit()][:MAX_ITEMS]:
+        if form.get(f"{name}/{index}/{REMOVE}"):
+            continue
+        out.append(_read(items, root, form, f"{name}/{index}", f"{label} {int(index) + 1}"))
+    added = f"{name}/{NEW}"
+    if any(key.startswith(added + "/") and form.get(key) for key in form.keys()):
+        out.append(_read(items, root, form, added, f"new {label}"))
+    return out
