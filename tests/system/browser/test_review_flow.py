@@ -2,9 +2,11 @@
 
 Headless Chromium signs in, uploads two generated videos for two scenarios, watches the
 batch page's grid go to done without reloading (real cpu and gpu Celery workers, tiny
-Qwen3.5 model in vllm), approves one result, edits another (and sees the diff), filters the
-results page by scenario, downloads the CSV export and checks its rows, and checks that
-model or reviewer text holding markup is shown as text: no script runs, no element appears.
+Qwen3.5 model in vllm), approves one result, edits a structured answer through the form
+generated from its schema (and sees the change per field), filters the results page by
+scenario and then by a field's facet, downloads the CSV export and checks its rows and field
+columns, and checks that model or reviewer text holding markup is shown as text: no script
+runs, no element appears.
 A screenshot of each step goes to test-artifacts/browser/.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import subprocess
 import sys
@@ -36,6 +39,7 @@ PIPELINE_TIMEOUT_MS = 480_000
 def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, screenshots, corpus_dir, tmp_path):
     from vidlora.db import session_scope
     from vidlora.models import Result
+    from vidlora.results.fields import final_value
 
     base = live_server
     videos = generate_samples(tmp_path / "upload", list(VIDEOS), tag=uuid.uuid4().hex[:8])
@@ -122,58 +126,76 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
     assert page.locator("[data-testid=history] li[data-action=approve]").count() == 1
     shot("07-approved")
 
-    # 6. Edit another: the page shows the word diff against the model's text.
+    # 6. Edit a structured answer through the form generated from its schema: add a find
+    #    whose decoration holds markup; the page shows the change field by field, as text.
     edit_id = artifact[0]
     page.goto(f"{base}/review/results/{edit_id}")
-    model_text = page.locator("[data-testid=result-text]").inner_text()
-    corrected = "Bronze fibula, incised decoration, Iron Age (confidence: medium)."
-    page.fill("[data-testid=edit-text]", corrected)
+    page.wait_for_selector("[data-testid=schema-form]")
+    assert page.locator("[data-testid=edit-text]").count() == 0  # no free-text box for a structured answer
+    new = "f/finds/new"
+    for field, value in (("object_type", "vessel"), ("material", "bronze"), ("condition", "intact"),
+                         ("period", "han")):
+        page.select_option(f"[data-testid='field-{new}/{field}']", value)
+    page.fill(f"[data-testid='field-{new}/decoration']", HOSTILE[:40])
+    page.fill(f"[data-testid='field-{new}/confidence']", "0.8")
+    shot("08-structured-form")
     page.click(f"[data-testid=edit-{edit_id}]")
-    page.wait_for_selector("[data-testid=diff]")
-    assert page.locator("[data-testid=result-text]").inner_text() == corrected
-    diff = page.locator("[data-testid=diff]").first
-    assert diff.locator("ins").count() >= 1
-    if model_text.strip():
-        assert diff.locator("del").count() >= 1
+    page.wait_for_selector("[data-testid=field-diff]")
     assert page.locator("[data-testid=review-state] [data-review-state=edited]").count() == 1
-    shot("08-edited-diff")
+    changed = page.locator("[data-testid=field-diff] tbody tr")
+    paths = [changed.nth(i).get_attribute("data-path") for i in range(changed.count())]
+    assert any(p.endswith(".material") for p in paths) and any(p.endswith(".decoration") for p in paths), paths
+    answer_box = page.locator("[data-testid=result-answer]")
+    assert HOSTILE[:40] in answer_box.inner_text()  # the literal characters are visible
+    assert answer_box.locator("b, script").count() == 0
+    assert page.locator("[data-testid=field-diff] b, [data-testid=field-diff] script").count() == 0
+    with session_scope() as session:
+        finds = session.get(Result, edit_id).edited_parsed["finds"]
+        assert finds[-1] == {"object_type": "vessel", "material": "bronze", "condition": "intact", "period": "han",
+                             "decoration": HOSTILE[:40], "confidence": 0.8}
+    shot("09-structured-edit")
 
-    # 7. Markup is text: a reviewer's edit and a model output holding HTML and script.
-    xss_id = artifact[1]
-    page.goto(f"{base}/review/results/{xss_id}")
-    page.fill("[data-testid=edit-text]", HOSTILE)
-    page.click(f"[data-testid=edit-{xss_id}]")
-    page.wait_for_selector("[data-testid=diff]")
-    text_box = page.locator("[data-testid=result-text]")
-    assert text_box.inner_text() == HOSTILE  # the literal characters are visible
-    assert text_box.locator("b, script").count() == 0
-    assert page.locator("[data-testid=diff] b, [data-testid=diff] script").count() == 0
-    shot("09-markup-edit")
+    # 7. A model answer holding HTML and script is shown as text, on its page and in the list.
     model_xss_id = tomb[1]
     with session_scope() as session:  # as if the model had written it
-        session.get(Result, model_xss_id).text = HOSTILE_MODEL
+        result = session.get(Result, model_xss_id)
+        result.parsed = {"construction": HOSTILE_MODEL, **{k: v for k, v in (result.parsed or {}).items()
+                                                           if k != "construction"}}
+        result.text = json.dumps(result.parsed)
+        model_text = result.text
     page.goto(f"{base}/review/results/{model_xss_id}")
-    assert page.locator("[data-testid=result-text]").inner_text() == HOSTILE_MODEL
-    assert page.locator("[data-testid=result-text] img, [data-testid=result-text] b, "
-                        "[data-testid=result-text] i").count() == 0
+    answer_box = page.locator("[data-testid=result-answer]")
+    assert HOSTILE_MODEL in answer_box.inner_text()
+    assert answer_box.locator("img, b, i").count() == 0
     page.goto(f"{base}/results/?batch={batch_id}")
-    for rid, text in ((xss_id, HOSTILE), (model_xss_id, HOSTILE_MODEL)):
-        cell = page.locator(f"tr[data-result-id='{rid}'] td.excerpt")
-        assert cell.inner_text() == text
-        assert cell.locator("*").count() == 0, cell.inner_html()
+    cell = page.locator(f"tr[data-result-id='{model_xss_id}'] td.excerpt")
+    assert cell.inner_text().startswith(model_text[:80])  # the start of the answer, as text
+    assert cell.locator("*").count() == 0, cell.inner_html()
     assert page.locator("main b, main script:not([src]), main img[src=x]").count() == 0
     shot("10-markup-in-results")
 
-    # 8. Filter by scenario with the form.
-    page.select_option("[data-testid=filter-scenario]", "tomb_structure")
+    # 8. Filter by scenario with the form, then by a field with its facet: the reviewer's
+    #    bronze find is counted and selected.
+    page.select_option("[data-testid=filter-scenario]", "artifact_identification")
     page.select_option("[data-testid=filter-batch]", str(batch_id))
     page.click("[data-testid=filter-submit]")
-    page.wait_for_url(re.compile(r".*scenario=tomb_structure.*"))
+    page.wait_for_url(re.compile(r".*scenario=artifact_identification.*"))
     shown = page.locator("[data-testid=result-table] tbody tr[data-result-id]")
-    assert sorted(int(shown.nth(i).get_attribute("data-result-id")) for i in range(shown.count())) == sorted(tomb)
-    shot("11-filtered")
+    assert sorted(int(shown.nth(i).get_attribute("data-result-id")) for i in range(shown.count())) == sorted(artifact)
+    with session_scope() as session:
+        bronze = sorted(rid for rid in artifact
+                        if any(f.get("material") == "bronze" for f in final_value(session.get(Result, rid))["finds"]))
+    assert edit_id in bronze
+    facet = page.locator("[data-testid='facet-finds.material=bronze']")
+    assert int(facet.get_attribute("data-count")) == len(bronze)
+    shot("11-facets")
+    facet.click()
+    page.wait_for_selector("[data-testid=field-conditions]")
+    shown = page.locator("[data-testid=result-table] tbody tr[data-result-id]")
+    assert sorted(int(shown.nth(i).get_attribute("data-result-id")) for i in range(shown.count())) == bronze
+    shot("12-facet-chosen")
 
-    # 9. The CSV export carries the filter: the two tomb-structure rows, with the review.
+    # 9. The CSV export carries the filter: the bronze rows, a column per field, the review.
     with page.expect_download() as info:
         page.click("[data-testid=export-csv]")
     download = info.value
@@ -181,12 +203,11 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
     saved = screenshots / "export.csv"
     download.save_as(saved)
     table = list(csv.DictReader(io.StringIO(saved.read_text(encoding="utf-8-sig"))))
-    assert sorted(int(r["result_id"]) for r in table) == sorted(tomb)
-    assert {r["scenario"] for r in table} == {"tomb_structure"}
+    assert sorted(int(r["result_id"]) for r in table) == bronze
     by_id = {int(r["result_id"]): r for r in table}
-    assert by_id[approve_id]["review_state"] == "approved"
-    assert by_id[model_xss_id]["text"] == HOSTILE_MODEL
-    assert all(r["status"] == "done" for r in table)
+    assert by_id[edit_id]["review_state"] == "edited" and by_id[edit_id]["reviewed_by"] == REVIEWER
+    assert json.loads(by_id[edit_id]["field.finds"])[-1]["decoration"] == HOSTILE[:40]
+    assert all(r["status"] == "done" and r["scenario"] == "artifact_identification" for r in table)
 
     assert dialogs == [], f"a dialog fired: {dialogs}"
     assert page_errors == [], page_errors
