@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vidlora.results.fields import FieldSpec
+from vidlora.results.fields import FieldSpec, finite_number
 
 OPERATORS = ("!=", ">=", "<=", "=", ">", "<", "~")
 NUMERIC_ONLY = (">=", "<=", ">", "<")
@@ -68,12 +68,9 @@ def parse_condition(raw: str, fields: list[FieldSpec]) -> Condition:
     if field.numeric:
         if op == "~":
             raise ConditionError(f"{field.path} is a number: use =, !=, >, >=, < or <=.")
-        try:
-            number = float(value)
-        except ValueError:
-            raise ConditionError(f"{field.path} is a number; '{value}' is not.") from None
-        if number != number or number in (float("inf"), float("-inf")):
-            raise ConditionError(f"{field.path}: '{value}' is not a finite number.")
+        number = finite_number(value)
+        if number is None:
+            raise ConditionError(f"{field.path} is a number; '{value}' is not a finite number.")
         return Condition(field, op, number)
     if op in NUMERIC_ONLY:
         raise ConditionError(f"{field.path} is not a number: use = or != (or ~ for 'contains').")

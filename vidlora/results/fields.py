@@ -111,6 +111,15 @@ def _leaf(node: dict[str, Any], path: str, array: str | None, many: bool = False
                      description=str(node.get("description") or ""))
 
 
+def finite_number(raw: str) -> float | None:
+    """A number as people type it, or None: not a number, NaN or infinite."""
+    try:
+        number = float(raw)
+    except ValueError:
+        return None
+    return None if number != number or number in (float("inf"), float("-inf")) else number
+
+
 @dataclass(frozen=True)
 class Leaf:
     path: str

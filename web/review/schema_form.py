@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vidlora.results.fields import kind_of, resolve_ref
+from vidlora.results.fields import finite_number, kind_of, resolve_ref
 
 PREFIX = "f"
 NEW = "new"
@@ -127,12 +127,9 @@ def _scalar(items: dict[str, Any], raw: str, label: str) -> Any:
         except ValueError:
             raise FormError(f"{label} must be a whole number; '{raw}' is not.") from None
     if kind == "number":
-        try:
-            number = float(raw)
-        except ValueError:
-            raise FormError(f"{label} must be a number; '{raw}' is not.") from None
-        if number != number or number in (float("inf"), float("-inf")):
-            raise FormError(f"{label} must be a finite number.")
+        number = finite_number(raw)
+        if number is None:
+            raise FormError(f"{label} must be a number; '{raw}' is not.")
         return number
     if kind == "boolean":
         return raw == "true"

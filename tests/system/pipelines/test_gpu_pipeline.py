@@ -39,6 +39,10 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
     assert all(r.adapter == s.name and r.adapter_version == s.adapter_version for _, s, r, _ in rows)
     assert all(a.engine and a.engine.get("model") for a, *_ in rows)
 
+    # Every answer is structured: valid against its scenario's schema, stored as data, each
+    # leaf indexed, and found by a field query (issue 15).
+    _check_structured(rows, batch_id)
+
     # Different adapters on the same video give different outputs.
     by_video: dict[int, dict[str, str]] = {}
     for a, s, r, _ in rows:
@@ -69,6 +73,33 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
         assert out.error is None, out.error
         assert storable_text(out.text) == r.text, (analysis_id, out.text, r.text)
         assert out.output_tokens == r.output_tokens
+
+
+def _check_structured(rows, batch_id: int) -> None:
+    import json
+
+    import jsonschema
+
+    from tasks.analyze import storable_value
+    from vidlora.db import session_scope
+    from vidlora.models import ResultField
+    from vidlora.results.fields import leaves
+    from vidlora.results.query import parse_filters, result_query
+
+    with session_scope() as session:
+        for a, s, r, _ in rows:
+            assert s.output_schema is not None and r.finish_reason == "stop", (s.name, r.finish_reason)
+            jsonschema.validate(r.parsed, s.output_schema)
+            assert r.parsed == storable_value(json.loads(r.text, strict=False)) and r.health["schema_ok"] is True
+            stored = session.execute(select(ResultField.path, ResultField.item, ResultField.text, ResultField.num)
+                                     .where(ResultField.result_id == r.id)).all()
+            assert sorted(map(tuple, stored), key=repr) == sorted(
+                ((f.path, f.item, f.text, f.num) for f in leaves(r.parsed)), key=repr)
+        tomb = {a.id: r.parsed["construction"] for a, s, r, _ in rows if s.name == "tomb_structure"}
+        value = sorted(tomb.values())[0]
+        filters = parse_filters({"scenario": "tomb_structure", "batch": str(batch_id), "where": [f"construction={value}"]})
+        found = {analysis.id for analysis, *_ in session.execute(result_query(session, filters))}
+        assert found == {aid for aid, v in tomb.items() if v == value}
 
 
 def _request_for(analysis_id: int, settings):
