@@ -85,6 +85,26 @@ def timestamp(seconds: float | None) -> str:
     return f"{int(m)}:{s:04.1f}"
 
 
+def answer_line(value: Any, schema: dict[str, Any] | None = None) -> str:
+    """A structured answer in one line for lists: "finds: vessel, bronze, intact, han, 0.8 /
+    coin, jade, ..." (values in the schema's order; the page has the field names)."""
+    from vidlora.results.fields import in_schema_order
+
+    def text(node: Any) -> str:
+        if isinstance(node, dict):
+            return ", ".join(t for t in (text(v) for v in node.values()) if t)
+        if isinstance(node, list):
+            return " / ".join(text(v) for v in node) if node else "none"
+        if isinstance(node, bool):
+            return "yes" if node else "no"
+        return "" if node is None else str(node)
+
+    value = in_schema_order(value, schema)
+    if not isinstance(value, dict):
+        return text(value)
+    return "; ".join(f"{k.replace('_', ' ')}: {text(v)}" for k, v in value.items())
+
+
 def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     """(name, value text, good|bad|info) per flag of a stored result's health."""
     return [(f.name, f.value, f.kind) for f in ResultHealth.of(health).flags()]
@@ -93,6 +113,7 @@ def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
+        answer_line=answer_line,
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,

@@ -81,3 +81,9 @@ def test_an_edit_outside_the_schema_is_refused_with_the_field(logged_in_client, 
     assert _edit(logged_in_client, rid, form).status_code == 400  # nothing changed
     with session_scope() as session:
         assert session.get(Result, rid).edited_parsed is None
+
+
+def test_the_results_list_shows_an_answer_in_one_line(logged_in_client, seeded):
+    html = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert ("site: B; sealed: no; finds: bronze, han, 0.9, &lt;b&gt;taotie&lt;/b&gt; / jade, tang, 0.4"
+            in html), html

@@ -190,7 +190,24 @@ def _positions(value: Any, path: str = "") -> dict[str, Any]:
 
 def changes(before: Any, after: Any) -> list[FieldChange]:
     """What an edit changed, field by field (an added or removed item shows as its fields
-    going from or to nothing)."""
+    going from or to nothing; an empty list and no list are the same nothing)."""
     old, new = _positions(before), _positions(after)
+    nothing = (None, [])
     return [FieldChange(path, old.get(path), new.get(path)) for path in dict.fromkeys([*old, *new])
-            if old.get(path) != new.get(path)]
+            if old.get(path) != new.get(path) and not (old.get(path) in nothing and new.get(path) in nothing)]
+
+
+def in_schema_order(value: Any, schema: dict[str, Any] | None, node: dict[str, Any] | None = None) -> Any:
+    """An answer with its keys in the schema's order (JSONB keeps its own order), for people
+    and exports; keys the schema does not name come last."""
+    if schema is None:
+        return value
+    node = resolve_ref(node if node is not None else schema, schema)
+    if isinstance(value, dict):
+        props = node.get("properties") or {}
+        keys = [k for k in props if k in value] + [k for k in value if k not in props]
+        return {k: in_schema_order(value[k], schema, props.get(k) or {}) for k in keys}
+    if isinstance(value, list):
+        items = node.get("items") if isinstance(node.get("items"), dict) else {}
+        return [in_schema_order(v, schema, items) for v in value]
+    return value

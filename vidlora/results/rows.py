@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from vidlora.models import Analysis, Result, Scenario, Video
-from vidlora.results.fields import final_value
+from vidlora.results.fields import final_value, in_schema_order
 
 COLUMNS = (
     "analysis_id", "result_id", "video_id", "video_name", "scenario", "status", "reason",
@@ -70,6 +70,6 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "health": result.health if result else None,
         "created_at": _iso(analysis.created_at),
         "finished_at": _iso(analysis.finished_at),
-        "fields": final_value(result) if result else None,
-        "model_fields": result.parsed if result else None,
+        "fields": in_schema_order(final_value(result), scenario.output_schema) if result else None,
+        "model_fields": in_schema_order(result.parsed, scenario.output_schema) if result else None,
     }

@@ -8,7 +8,7 @@ from sqlalchemy.orm import selectinload
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
-from vidlora.results.fields import changes, final_value
+from vidlora.results.fields import changes, final_value, in_schema_order
 from web.database import get_db
 from web.review import bp
 from web.review.actions import ReviewError, apply_review, current_text, history, output_schema
@@ -61,7 +61,7 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
     return render_template(
         "review/result.html", result=result, analysis=result.analysis, video=result.analysis.video,
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
-        answer=final_value(result), error=error,
+        answer=in_schema_order(final_value(result), schema), error=error,
         draft=current_text(result) if draft is None or schema is not None else draft, note=note,
     ), status
 

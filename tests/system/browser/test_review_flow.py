@@ -159,17 +159,16 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
     model_xss_id = tomb[1]
     with session_scope() as session:  # as if the model had written it
         result = session.get(Result, model_xss_id)
-        result.parsed = {"construction": HOSTILE_MODEL, **{k: v for k, v in (result.parsed or {}).items()
-                                                           if k != "construction"}}
+        result.parsed = {"chamber_count": 1, "chambers": [], "passages": 0, "construction": HOSTILE_MODEL,
+                         "damage": []}
         result.text = json.dumps(result.parsed)
-        model_text = result.text
     page.goto(f"{base}/review/results/{model_xss_id}")
     answer_box = page.locator("[data-testid=result-answer]")
     assert HOSTILE_MODEL in answer_box.inner_text()
     assert answer_box.locator("img, b, i").count() == 0
     page.goto(f"{base}/results/?batch={batch_id}")
     cell = page.locator(f"tr[data-result-id='{model_xss_id}'] td.excerpt")
-    assert cell.inner_text().startswith(model_text[:80])  # the start of the answer, as text
+    assert HOSTILE_MODEL in cell.inner_text()  # the answer in one line, as text
     assert cell.locator("*").count() == 0, cell.inner_html()
     assert page.locator("main b, main script:not([src]), main img[src=x]").count() == 0
     shot("10-markup-in-results")

@@ -67,3 +67,17 @@ def test_changes_name_each_field_that_an_edit_changed():
         ("finds[0].material", "bronze", "jade"), ("damage", ["water"], ["water", "looting"]),
         ("finds[1].material", None, "bronze"), ("finds[1].confidence", None, 0.2)]
     assert changes(before, before) == []
+
+
+def test_an_empty_list_and_no_list_are_the_same_nothing():
+    assert changes({"finds": []}, {"finds": [{"material": "jade"}]}) == [
+        type(changes({}, {"a": 1})[0])("finds[0].material", None, "jade")]
+
+
+def test_answers_are_put_back_in_the_schemas_order():
+    from vidlora.results.fields import in_schema_order
+
+    stored = {"sealed": True, "finds": [{"confidence": 1, "material": "jade", "extra": 2}], "site": "B"}
+    ordered = in_schema_order(stored, FINDS)
+    assert list(ordered) == ["site", "finds", "sealed"]
+    assert list(ordered["finds"][0]) == ["material", "confidence", "extra"]
