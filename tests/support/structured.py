@@ -37,16 +37,19 @@ class Seeded:
 
 
 def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any] = CATALOGUE,
-                    review_states: list[str] | None = None) -> Seeded:
+                    review_states: list[str] | None = None, session=None) -> Seeded:
     """One batch, one video per answer, each with a done analysis of a new structured scenario
-    (an answer of None: the analysis is still running, no result)."""
+    (an answer of None: the analysis is still running, no result). In the configured
+    database, or in ``session`` (flushed, not committed)."""
+    from contextlib import nullcontext
+
     from vidlora.db import session_scope
     from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video, utcnow
     from vidlora.results.fields import index_fields
 
     key = uuid.uuid4().hex[:10]
     name = f"catalogue_{key}"
-    with session_scope() as session:
+    with (nullcontext(session) if session is not None else session_scope()) as session:
         scenario = Scenario(name=name, title=f"Catalogue {key}", prompt="List the finds.", output_schema=schema,
                             adapter_path=None, adapter_status="none", sampling={"mode": "uniform", "num_frames": 2},
                             generation={})
@@ -82,4 +85,5 @@ def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any]
             session.add(result)
             index_fields(session, result)
             result_ids.append(result.id)
+        session.flush()
         return Seeded(name, batch.id, result_ids, analysis_ids)

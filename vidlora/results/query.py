@@ -9,6 +9,7 @@ conditions (``vidlora.results.conditions``) run on the indexed ``result_field`` 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
@@ -121,16 +122,21 @@ def field_conditions(session: Session, filters: ResultFilters) -> list[Condition
         raise FilterError(str(exc)) from None
 
 
+COMPARE = {"=": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt,
+           "<=": operator.le}
+
+
+def _contains(column, text: str) -> ColumnElement[bool]:
+    """Case-insensitive substring match, the text's own % and _ taken literally."""
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return column.ilike(pattern, escape="\\")
+
+
 def _matches(column: type[ResultField], cond: Condition) -> ColumnElement[bool]:
-    if cond.field.numeric:
-        value = column.num
-    else:
-        value = column.text
+    value = column.num if cond.field.numeric else column.text
     if cond.op == "~":
-        pattern = "%" + str(cond.value).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        return value.ilike(pattern, escape="\\")
-    return {"=": value == cond.value, "!=": value != cond.value, ">": value > cond.value, ">=": value >= cond.value,
-            "<": value < cond.value, "<=": value <= cond.value}[cond.op]
+        return _contains(value, str(cond.value))
+    return COMPARE[cond.op](value, cond.value)
 
 
 def _field_clause(conditions: list[Condition]) -> ColumnElement[bool]:
@@ -193,8 +199,7 @@ def build_query(filters: ResultFilters, postgres: bool, conditions: list[Conditi
             query = func.websearch_to_tsquery(literal_column("'english'"), filters.q)
             stmt = stmt.where(_fts_document().bool_op("@@")(query))
             return stmt.order_by(func.ts_rank(_fts_document(), query).desc(), Analysis.id.desc())
-        pattern = "%" + filters.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        stmt = stmt.where(func.coalesce(Result.edited_text, Result.text).ilike(pattern, escape="\\"))
+        stmt = stmt.where(_contains(func.coalesce(Result.edited_text, Result.text), filters.q))
     return stmt.order_by(Analysis.id.desc())
 
 

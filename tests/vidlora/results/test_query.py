@@ -86,3 +86,25 @@ def test_facets_follow_the_current_filter_and_mark_what_is_chosen(seeded):
     with session_scope() as session:
         chosen = [v.condition for f in facets(session, filters) for v in f.values if v.active]
     assert chosen == ["finds.material=bronze"]
+
+
+def test_the_same_conditions_and_facets_on_sqlite(tmp_path):
+    """The embedded database (the demo's) answers field queries the same way."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from vidlora.models import Base
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'results.db'}")
+    Base.metadata.create_all(engine)
+    with Session(engine) as session:
+        seeded = seed_structured([A, B, C, None, E], session=session)
+        names = dict(zip(seeded.analysis_ids, "ABCDE"))
+        for where, expected in ((["material=bronze", "period=han"], "A"), (["confidence>0.9"], "E"),
+                                (["damage=water"], "BC"), (["decoration~SCROLL"], "A"), (["sealed=true"], "BE")):
+            stmt = result_query(session, parse_filters({"scenario": seeded.scenario, "where": where}))
+            assert {names[a.id] for a, *_ in session.execute(stmt)} == set(expected), where
+        counts = {f.field.path: {v.value: v.count for v in f.values}
+                  for f in facets(session, parse_filters({"scenario": seeded.scenario}))}
+        assert counts["finds.material"] == {"bronze": 3, "jade": 1, "ceramic": 1}
+    engine.dispose()
