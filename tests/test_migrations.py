@@ -1,5 +1,6 @@
 """migrations/: `alembic upgrade head` on an empty database matches the models exactly."""
 
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +60,34 @@ def test_sqlite_embedded_database_migrates_too(tmp_path):
     assert alembic(url, "upgrade", "head").returncode == 0
     check = alembic(url, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_0004_keeps_stored_answers_and_indexes_their_fields(empty_pg):
+    """Results stored before structured results became data: their answers move to JSONB
+    unchanged and their fields are indexed; downgrading gives the JSON column back."""
+    assert alembic(empty_pg, "upgrade", "0003").returncode == 0
+    engine = create_engine(empty_pg)
+    answer = {"finds": [{"material": "bronze", "confidence": 0.5}, {"material": "jade"}], "sealed": True}
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO scenario (name, title, description, prompt, sampling, generation, active, "
+                          "adapter_status, created_at, updated_at) VALUES ('s', 'S', '', 'p', '{}', '{}', true, "
+                          "'none', now(), now())"))
+        conn.execute(text("INSERT INTO video (sha256, path, original_name, size_bytes, status, attempts, created_at, "
+                          "updated_at) VALUES ('h', 'v', 'v.mp4', 1, 'ready', 0, now(), now())"))
+        conn.execute(text("INSERT INTO analysis (video_id, scenario_id, status, attempts, created_at) "
+                          "VALUES (1, 1, 'done', 1, now())"))
+        conn.execute(text("INSERT INTO result (analysis_id, text, parsed, prompt_tokens, output_tokens, latency_s, "
+                          "health, model, review_state, created_at) VALUES (1, 'x', CAST(:p AS json), 1, 1, 0.1, "
+                          "'{}', 'm', 'unreviewed', now())"), {"p": json.dumps(answer)})
+    up = alembic(empty_pg, "upgrade", "head")
+    assert up.returncode == 0, up.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT pg_typeof(parsed)::text, parsed FROM result")).one() == ("jsonb", answer)
+        fields = conn.execute(text("SELECT path, item, text, num FROM result_field ORDER BY item, path")).all()
+    assert [tuple(f) for f in fields] == [("finds.confidence", 0, None, 0.5), ("finds.material", 0, "bronze", None),
+                                          ("finds.material", 1, "jade", None), ("sealed", None, "true", None)]
+    down = alembic(empty_pg, "downgrade", "0003")
+    assert down.returncode == 0, down.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT pg_typeof(parsed)::text FROM result")).scalar() == "json"
+    engine.dispose()
