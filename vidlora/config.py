@@ -101,6 +101,9 @@ class Settings(BaseSettings):
 
     # -- web ---------------------------------------------------------------------------
     secret_key: str = ""  # must be set outside development; see web.create_app
+    # Behind HTTPS (a TLS-terminating proxy): browsers then send the session cookies only
+    # over HTTPS, so a plain-HTTP request can never leak them.
+    session_cookie_secure: bool = False
     web_host: str = "127.0.0.1"
     web_port: int = 8000
 

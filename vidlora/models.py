@@ -8,6 +8,7 @@ analysis, one batch item per (batch, member name).
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timezone
 from typing import Any
 
@@ -325,6 +326,13 @@ class User(Base):
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Part of every signed session cookie: replaced at sign-out and on a password change, so
+    # a copied cookie dies with them (cookies are signed, not stored, so nothing else could).
+    session_token: Mapped[str] = mapped_column(String(64), default=lambda: secrets.token_hex(16))
+    # Wrong passwords in a row (sign-in form and HTTP Basic alike) and until when the next try
+    # must wait: the wait doubles with each failure past the allowance.
+    failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    locked_until: Mapped[datetime | None] = mapped_column(Timestamp)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 

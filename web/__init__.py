@@ -20,13 +20,26 @@ log = logging.getLogger(__name__)
 
 
 class InsecureSecretKey(RuntimeError):
-    """Refusing to sign sessions with an empty secret outside development."""
+    """Refusing to sign sessions with an empty or guessable secret outside development."""
+
+
+MIN_SECRET_CHARS = 32
+PLACEHOLDERS = ("change-me", "changeme", "change_me", "secret", "password")
 
 
 def _secret_key(app: Flask, dev: bool) -> str:
-    key = app.config.get("SECRET_KEY") or get_settings().secret_key
-    if key:
+    if app.config.get("SECRET_KEY"):
+        return app.config["SECRET_KEY"]  # given by the caller (tests)
+    key = get_settings().secret_key
+    weak = key and (len(key) < MIN_SECRET_CHARS or any(p in key.lower() for p in PLACEHOLDERS))
+    if key and not (weak and not (app.testing or dev)):
         return key
+    if weak:
+        # Anyone who knows the example value could sign a session as any user.
+        raise InsecureSecretKey(
+            f"VIDLORA_SECRET_KEY looks like a placeholder or is shorter than {MIN_SECRET_CHARS} characters. "
+            "Set it to a long random value (for example the output of "
+            "`python -c 'import secrets; print(secrets.token_hex(32))'`).")
     if app.testing or dev:
         # A per-process key: sessions do not survive a restart, which is fine for a demo.
         app.logger.warning(
@@ -51,6 +64,8 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
         SESSION_COOKIE_SAMESITE="Lax",
         REMEMBER_COOKIE_HTTPONLY=True,
         REMEMBER_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.session_cookie_secure,
+        REMEMBER_COOKIE_SECURE=settings.session_cookie_secure,
         # CSRF is enforced in web.security (so token-authenticated API calls can skip it);
         # the token itself lives for the session, not one hour: reviewers keep tabs open.
         WTF_CSRF_CHECK_DEFAULT=False,

@@ -73,3 +73,37 @@ def test_no_template_marks_text_safe():
 def test_healthz_answers_without_login_and_checks_the_database(client):
     resp = client.get("/healthz")
     assert resp.status_code == 200 and resp.get_json() == {"ok": True}
+
+
+@pytest.mark.parametrize("key", ["change-me-secret-key", "short-but-random-x9", "my-SECRET-" + "x" * 40])
+def test_refuses_a_placeholder_or_short_secret_outside_development(database, monkeypatch, key):
+    from vidlora.config import reset_settings
+
+    monkeypatch.setenv("VIDLORA_SECRET_KEY", key)
+    reset_settings()
+    try:
+        with pytest.raises(InsecureSecretKey, match="placeholder or is shorter than 32"):
+            create_app()
+        assert create_app(dev=True).config["SECRET_KEY"] == key  # the demo may use it
+    finally:
+        monkeypatch.delenv("VIDLORA_SECRET_KEY")
+        reset_settings()
+
+
+def test_a_long_random_secret_and_secure_cookies_from_settings(database, monkeypatch):
+    import secrets
+
+    from vidlora.config import reset_settings
+
+    key = secrets.token_hex(32)
+    monkeypatch.setenv("VIDLORA_SECRET_KEY", key)
+    monkeypatch.setenv("VIDLORA_SESSION_COOKIE_SECURE", "true")
+    reset_settings()
+    try:
+        app = create_app()
+        assert app.config["SECRET_KEY"] == key
+        assert app.config["SESSION_COOKIE_SECURE"] is True and app.config["REMEMBER_COOKIE_SECURE"] is True
+    finally:
+        monkeypatch.delenv("VIDLORA_SECRET_KEY")
+        monkeypatch.delenv("VIDLORA_SESSION_COOKIE_SECURE")
+        reset_settings()

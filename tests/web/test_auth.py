@@ -82,3 +82,69 @@ def test_deactivated_user_loses_session(client, database):
         session.query(User).filter(User.username == "leaving").update({"is_active": False})
     assert client.get("/batches/").status_code == 302
     assert login(client, "leaving", "a long password").status_code == 401
+
+
+# -- sessions that end, and guesses that wait (issue 19) -------------------------------------
+
+def _new_user(password: str = "a long password") -> str:
+    import uuid
+
+    from vidlora.db import session_scope
+    from web.auth.users import create_user
+
+    name = "u" + uuid.uuid4().hex[:10]
+    with session_scope() as session:
+        create_user(session, name, password)
+    return name
+
+
+def test_a_copied_session_cookie_dies_at_sign_out(app, database):
+    name = _new_user()
+    reviewer, thief = app.test_client(), app.test_client()
+    assert login(reviewer, name, "a long password").status_code == 302
+    thief.set_cookie("session", reviewer.get_cookie("session").value)  # the cookie, stolen
+    assert thief.get("/batches/").status_code == 200
+    reviewer.post("/auth/logout", data={"csrf_token": csrf_token(reviewer, "/batches/")})
+    assert thief.get("/batches/").status_code == 302  # sent to sign in
+    assert login(reviewer, name, "a long password").status_code == 302  # a new sign-in works
+
+
+def test_a_password_change_ends_every_session(app, database):
+    from vidlora.db import session_scope
+    from web.auth.users import set_password
+
+    name = _new_user()
+    client = app.test_client()
+    assert login(client, name, "a long password").status_code == 302
+    with session_scope() as session:
+        set_password(session, name, "another long password")
+    assert client.get("/batches/").status_code == 302
+
+
+def test_wrong_passwords_make_the_next_try_wait(app, database):
+    from datetime import timedelta
+
+    from vidlora.db import session_scope
+    from vidlora.models import User, utcnow
+    from web.auth.users import FREE_FAILURES
+
+    name = _new_user()
+    client = app.test_client()
+    for _ in range(FREE_FAILURES):
+        assert login(client, name, "guess").status_code == 401
+    refused = login(client, name, "a long password")  # even the right password waits now
+    assert refused.status_code == 429 and b"try again in 1 s" in refused.data
+    api = app.test_client().get("/api/v1/batches", headers={"Authorization": "Basic " + __import__("base64")
+                                .b64encode(f"{name}:a long password".encode()).decode()})
+    assert api.status_code == 429 and api.headers["Retry-After"] == "1"
+    with session_scope() as session:  # the wait is over
+        session.query(User).filter(User.username == name).update({"locked_until": utcnow() - timedelta(seconds=1)})
+    assert login(client, name, "guess").status_code == 401  # one more wrong: the wait doubles
+    with session_scope() as session:
+        user = session.query(User).filter(User.username == name).one()
+        assert user.failed_logins == FREE_FAILURES + 1
+        assert 1.5 < (user.locked_until - utcnow()).total_seconds() <= 2
+        user.locked_until = utcnow() - timedelta(seconds=1)
+    assert login(client, name, "a long password").status_code == 302
+    with session_scope() as session:
+        assert session.query(User.failed_logins).filter(User.username == name).scalar() == 0

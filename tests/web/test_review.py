@@ -115,3 +115,22 @@ def test_unknown_result(logged_in_client, database):
 def test_word_diff():
     assert word_diff("a red pot", "a black pot") == [("same", "a "), ("del", "red"), ("ins", "black"), ("same", " pot")]
     assert word_diff("same", "same") == [("same", "same")]
+
+
+def test_approve_keeps_a_typed_correction(logged_in_client, factory):
+    """A reviewer who corrects the text and presses Approve approves the correction (issue 19)."""
+    rid = factory.batch().result_ids["artifact_identification"]
+    response = _act(logged_in_client, rid, action="approve", text="A bronze fibula, La Tène.\r\n")
+    assert response.status_code == 303
+    result, reviews = _result(rid)
+    assert result.edited_text == "A bronze fibula, La Tène.\n" and result.review_state == "approved"
+    assert [r.action for r in reviews] == ["edit", "approve"]
+    assert "Edit saved and approved." in logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
+    _act(logged_in_client, rid, action="approve", text="A bronze fibula, La Tène.\n")  # unchanged: no edit
+    assert [r.action for r in _result(rid)[1]] == ["edit", "approve", "approve"]
+
+
+def test_a_text_starting_with_a_line_break_survives_the_edit_box(logged_in_client, factory):
+    rid = factory.batch({"artifact_identification": "\nA bronze fibula."}).result_ids["artifact_identification"]
+    html = logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
+    assert 'data-testid="edit-text">\n\nA bronze fibula.</textarea>' in html  # the parser eats the first

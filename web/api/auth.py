@@ -4,7 +4,7 @@ from flask import g, jsonify, request
 from flask_login import current_user
 
 from web.api import bp
-from web.auth.users import LoginUser, authenticate
+from web.auth.users import LoginUser, SignInThrottled, authenticate
 from web.database import get_db
 
 PUBLIC_ENDPOINTS = {"api.openapi"}
@@ -24,13 +24,18 @@ def authenticate_request():
         # With an Authorization header the session cookie is ignored (CSRF is skipped for it).
         if auth.type != "basic":
             return _unauthorized("Only HTTP Basic credentials are accepted.")
-        user = authenticate(get_db(), auth.username or "", auth.password or "")
+        try:
+            user = authenticate(get_db(), auth.username or "", auth.password or "")
+        except SignInThrottled as exc:
+            response = jsonify(error="Too many wrong passwords", detail=str(exc), status=429)
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response, 429
         if user is None:
             return _unauthorized("Wrong username or password.")
         g.api_user = user
         return None
     if current_user.is_authenticated:
-        g.api_user = LoginUser(current_user.id, current_user.username)
+        g.api_user = LoginUser(current_user.id, current_user.username, current_user.session_token)
         return None
     return _unauthorized("Sign in, or send HTTP Basic credentials.")
 

@@ -4,7 +4,7 @@ from flask import flash, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_required, login_user, logout_user
 
 from web.auth import bp
-from web.auth.users import authenticate
+from web.auth.users import SignInThrottled, authenticate, end_sessions
 from web.database import get_db
 from web.security import safe_next
 
@@ -14,22 +14,28 @@ def login():
     next_url = safe_next(request.values.get("next"), url_for("batches.index"))
     if current_user.is_authenticated:
         return redirect(next_url)
-    error = None
+    error, status = None, 200
     if request.method == "POST":
-        user = authenticate(get_db(), request.form.get("username", ""), request.form.get("password", ""))
-        if user is None:
-            error = "That username and password do not match an active account."
+        try:
+            user = authenticate(get_db(), request.form.get("username", ""), request.form.get("password", ""))
+        except SignInThrottled as exc:
+            error, status, user = str(exc), 429, None
         else:
+            if user is None:
+                error, status = "That username and password do not match an active account.", 401
+        if user is not None:
             session.clear()  # a fresh session on sign-in (no fixation)
             login_user(user)
             return redirect(next_url)
-    status = 401 if error else 200
     return render_template("auth/login.html", error=error, next_url=next_url), status
 
 
 @bp.post("/logout")
 @login_required
 def logout():
+    db = get_db()
+    end_sessions(db, current_user.id)
+    db.commit()
     logout_user()
     session.clear()
     flash("You are signed out.", "info")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from werkzeug.datastructures import MultiDict
+
 from vidlora.results.fields import finite_number, kind_of, resolve_ref
 
 PREFIX = "f"
@@ -99,6 +101,29 @@ def _blank(node: Node) -> Node:
     for child in node.children:
         _blank(child)
     return node
+
+
+def as_posted(node: Node) -> MultiDict:
+    """What a browser posts for this form untouched: the values as drawn, after the browser's
+    own clean-up (a one-line text box drops line breaks). Compared with a real post, it tells
+    whether the reviewer changed anything."""
+    out = MultiDict()
+
+    def walk(n: Node) -> None:
+        if n.kind in ("object", "items"):
+            for child in n.children:
+                walk(child)
+        elif n.kind == "multi":  # one box per choice, posted in the page's order
+            for option in n.options:
+                if option in n.value:
+                    out.add(n.name, option)
+        elif n.kind == "text":
+            out.add(n.name, n.value.replace("\r", "").replace("\n", ""))
+        else:
+            out.add(n.name, n.value)
+
+    walk(node)
+    return out
 
 
 class _Missing:

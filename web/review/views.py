@@ -13,7 +13,7 @@ from web.database import get_db
 from web.review import bp
 from web.review.actions import ReviewError, apply_review, current_text, history, output_schema
 from web.review.diff import word_diff
-from web.review.schema_form import FormError, form_tree, read_form
+from web.review.schema_form import FormError, as_posted, form_tree, read_form
 from web.security import safe_next
 
 DONE_MESSAGES = {"approve": "Approved.", "reject": "Rejected.", "edit": "Edit saved.", "note": "Note added."}
@@ -66,6 +66,13 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
     ), status
 
 
+def _corrected(result: Result, text: str | None, fields) -> bool:
+    if fields is not None:
+        schema = output_schema(result)
+        return fields != read_form(schema, as_posted(form_tree(schema, final_value(result))))
+    return text is not None and text.replace("\r\n", "\n").replace("\r", "\n") != current_text(result)
+
+
 @bp.get("/results/<int:result_id>")
 def result(result_id: int):
     return _page(_result_or_404(result_id))
@@ -78,15 +85,21 @@ def act(result_id: int):
     action = request.form.get("action", "")
     schema = output_schema(result)
     fields = draft = None
+    text = request.form.get("text")
+    message = DONE_MESSAGES.get(action, "")
     try:
-        if schema is not None and action == "edit":
+        if schema is not None and action in ("edit", "approve") and any(k.startswith("f/") for k in request.form):
             fields = draft = read_form(schema, request.form)
-        apply_review(session, result, action, current_user.id, request.form.get("text"), request.form.get("note"),
-                     fields=fields)
+        if action == "approve" and _corrected(result, text, fields):
+            # Approve what the reviewer sees in the form: a typed correction is saved first,
+            # never dropped (both steps are in the history).
+            apply_review(session, result, "edit", current_user.id, text, None, fields=fields)
+            message = "Edit saved and approved."
+        apply_review(session, result, action, current_user.id, text, request.form.get("note"), fields=fields)
     except (ReviewError, FormError) as exc:
         session.rollback()
         return _page(_result_or_404(result_id), str(exc), draft if schema is not None else request.form.get("text"),
                      request.form.get("note", ""), 400)
     session.commit()
-    flash(DONE_MESSAGES[action], "success")
+    flash(message, "success")
     return redirect(safe_next(request.form.get("next"), url_for("review.result", result_id=result_id)), code=303)
