@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, ItemStatus, UploadStatus
+from vidlora.lifecycle import FINAL_ANALYSIS, AnalysisStatus, BatchStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
 
 
@@ -32,6 +32,28 @@ class VideoView:
     height: int | None
     codec: str | None
     analyses: list[AnalysisView] = field(default_factory=list)
+
+
+# What a batch's analyses came to, in words: finished-with-problems must never read as fine.
+OUTCOME_LABELS = ((AnalysisStatus.DONE, "done"), (AnalysisStatus.FAILED, "failed"),
+                  (AnalysisStatus.REJECTED, "not analysable"))
+
+
+def outcome_text(counts: Counter, files_rejected: int) -> str:
+    """ "3 done · 1 failed · 2 not analysable, of 6 · 1 file rejected" """
+    total = sum(counts.values())
+    parts = [f"{counts[s]} {label}" for s, label in OUTCOME_LABELS if counts.get(s)]
+    running = total - sum(n for s, n in counts.items() if s in FINAL_ANALYSIS)
+    if running:
+        parts.append(f"{running} to go")
+    text = (" · ".join(parts) + f", of {total}") if total else "no analyses"
+    if files_rejected:
+        text += f" · {files_rejected} file{'s' if files_rejected != 1 else ''} rejected"
+    return text
+
+
+def problem_count(counts: Counter, files_rejected: int) -> int:
+    return counts.get(AnalysisStatus.FAILED, 0) + counts.get(AnalysisStatus.REJECTED, 0) + files_rejected
 
 
 @dataclass
@@ -59,11 +81,20 @@ class BatchView:
             and all(a.status in FINAL_ANALYSIS for v in self.videos for a in v.analyses)
         )
 
+    @property
+    def outcome(self) -> str:
+        return outcome_text(self.analysis_counts, len(self.rejected))
+
+    @property
+    def problems(self) -> int:
+        return problem_count(self.analysis_counts, len(self.rejected))
+
     def as_dict(self) -> dict:
         return {
             "id": self.id, "name": self.name, "status": self.status, "reason": self.reason,
             "scenarios": self.scenarios, "finished": self.finished,
             "counts": dict(self.analysis_counts),
+            "outcome": self.outcome, "problems": self.problems,
             "videos": [
                 {**{k: v for k, v in vv.__dict__.items() if k != "analyses"},
                  "analyses": [a.__dict__ for a in vv.analyses]}

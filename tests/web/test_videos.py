@@ -107,6 +107,9 @@ def test_rejected_video_shows_reason(logged_in_client, factory):
         video_id = video.id
     html = logged_in_client.get(f"/videos/{video_id}").get_data(as_text=True)
     assert "no decodable video stream" in html and 'data-status="rejected"' in html
+    # Issue 19: no empty player and no "frames yet" for a file that will never have them.
+    assert 'data-testid="not-playable"' in html and 'data-testid="video-player"' not in html
+    assert "No frames sampled yet" not in html
 
 
 def test_frame_set_pending_not_listed(logged_in_client, factory):

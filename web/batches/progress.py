@@ -9,9 +9,9 @@ from flask import url_for
 from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
-from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, UploadStatus
+from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload
-from vidlora.status import BatchView
+from vidlora.status import BatchView, outcome_text, problem_count
 
 
 @dataclass
@@ -20,6 +20,7 @@ class BatchSummary:
     status: str
     counts: Counter = field(default_factory=Counter)
     uploads_pending: int = 0
+    files_rejected: int = 0  # members that never became a video (corrupt, hostile, not a video)
 
     @property
     def total(self) -> int:
@@ -33,9 +34,19 @@ class BatchSummary:
     def finished(self) -> bool:
         return self.status != BatchStatus.INGESTING and self.uploads_pending == 0 and self.final == self.total
 
+    @property
+    def text(self) -> str:
+        return outcome_text(self.counts, self.files_rejected)
+
+    @property
+    def problems(self) -> int:
+        return problem_count(self.counts, self.files_rejected)
+
     def as_dict(self) -> dict:
         return {"id": self.id, "status": self.status, "counts": dict(self.counts), "total": self.total,
-                "final": self.final, "finished": self.finished, "uploads_pending": self.uploads_pending}
+                "final": self.final, "finished": self.finished, "uploads_pending": self.uploads_pending,
+                "files_rejected": self.files_rejected, "problems": self.problems, "text": self.text}
+
 
 
 def summarise(session: Session, batches: list[Batch]) -> dict[int, BatchSummary]:
@@ -60,6 +71,12 @@ def summarise(session: Session, batches: list[Batch]) -> dict[int, BatchSummary]
     )
     for batch_id, n in pending:
         out[batch_id].uploads_pending = n
+    rejected = session.execute(
+        select(BatchItem.batch_id, func.count()).where(BatchItem.batch_id.in_(out), BatchItem.status == ItemStatus.REJECTED)
+        .group_by(BatchItem.batch_id)
+    )
+    for batch_id, n in rejected:
+        out[batch_id].files_rejected = n
     return out
 
 

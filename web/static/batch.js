@@ -48,19 +48,19 @@
       rows.appendChild(fresh);
     });
     document.getElementById("no-videos").hidden = data.videos.length > 0;
-    var counts = data.counts, total = 0, finished = 0, parts = [];
-    Object.keys(counts).sort().forEach(function (k) {
+    var counts = data.counts, total = 0, finished = 0;
+    Object.keys(counts).forEach(function (k) {
       total += counts[k];
       if (final[k]) finished += counts[k];
-      parts.push(counts[k] + " " + k);
     });
     var bar = document.getElementById("batch-bar");
     bar.max = Math.max(total, 1);
     bar.value = finished;
-    document.getElementById("batch-counts").textContent = parts.join(", ");
+    document.getElementById("batch-counts").textContent = data.outcome;
     var state = document.getElementById("batch-state");
     state.dataset.status = data.finished ? "finished" : data.status;
-    state.textContent = data.finished ? "Finished" : (data.status === "ingesting" ? "Receiving and checking files…" : "Analysing…");
+    state.textContent = data.finished ? (data.problems ? "Finished with problems" : "Finished")
+      : (data.status === "ingesting" ? "Receiving and checking files…" : "Analysing…");
     var members = document.getElementById("member-list");
     members.textContent = "";
     data.rejected.forEach(function (m) {

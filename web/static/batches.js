@@ -4,7 +4,6 @@
   var table = document.getElementById("batch-list");
   if (!table) return;
   var every = parseInt(table.dataset.pollMs, 10) || 2000;
-  var final = {done: 1, failed: 1, rejected: 1};
   function pending() {
     return Array.prototype.filter.call(table.querySelectorAll("tr[data-batch-id]"), function (tr) {
       return tr.dataset.finished !== "true";
@@ -23,11 +22,12 @@
           var bar = tr.querySelector('[data-role="bar"]');
           bar.max = Math.max(s.total, 1);
           bar.value = s.final;
-          tr.querySelector('[data-role="text"]').textContent = s.final + " / " + s.total + " analyses finished";
+          tr.querySelector('[data-role="text"]').textContent = s.text;
           var state = tr.querySelector('[data-role="state"]');
           state.dataset.status = s.finished ? "finished" : s.status;
           state.textContent = s.finished ? "finished" : (s.status === "ingesting" ? "ingesting" : "in progress");
-          if (s.counts.failed) state.appendChild(window.vidlora.el("span", {"class": "status status-failed", text: " " + s.counts.failed + " failed"}));
+          state.dataset.problems = s.problems;
+          if (s.problems) state.appendChild(window.vidlora.el("span", {"class": "status status-failed", "data-role": "problems", text: " " + s.problems + " with problems"}));
           tr.dataset.finished = s.finished ? "true" : "false";
         });
         setTimeout(poll, every);
