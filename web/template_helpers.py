@@ -9,6 +9,7 @@ from flask import Flask
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
 from vidlora.result_health import ResultHealth
+from vidlora.results.rows import shown_name
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
@@ -113,7 +114,7 @@ def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
-        answer_line=answer_line,
+        answer_line=answer_line, shown_name=shown_name,
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,

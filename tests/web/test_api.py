@@ -211,3 +211,19 @@ def test_a_structured_edit_through_the_api_is_validated(client, auth, database):
     assert " " not in final and json.loads(final) == {**answer, "sealed": False}
     as_text = post({"action": "edit", "text": '{"sealed": true, "finds": []}'})
     assert as_text.status_code == 200 and as_text.json["fields"] == {"sealed": True, "finds": []}
+
+
+def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
+    """Issue 19: the API names models and adapters, never where the server keeps them."""
+    import os
+
+    made = factory.batch()
+    with session_scope() as session:  # what the GPU worker records: the path it loaded
+        session.get(Result, made.result_ids["artifact_identification"]).model = os.environ["VIDLORA_MODEL"]
+    scenarios = client.get("/api/v1/scenarios", headers=auth).json["scenarios"]
+    adapter_root = os.environ["VIDLORA_ADAPTER_ROOT"]
+    assert all("adapter_path" not in s for s in scenarios)
+    assert {s["name"]: s["adapter"] for s in scenarios}["artifact_identification"] == "artifact_identification"
+    body = client.get(f"/api/v1/results?batch={made.batch_id}", headers=auth)
+    assert adapter_root not in body.get_data(as_text=True) and os.environ["VIDLORA_MODEL"] not in body.get_data(as_text=True)
+    assert body.json["results"][0]["model"] == "base"  # the model's name

@@ -7,6 +7,7 @@ without the database.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from vidlora.models import Analysis, Result, Scenario, Video
@@ -20,6 +21,16 @@ COLUMNS = (
 )
 # Typed JSON only (JSONL, Parquet, the API): the answer as data, final and as the model gave it.
 STRUCTURED = ("fields", "model_fields")
+
+
+def shown_name(path: str | None) -> str | None:
+    """A model or adapter as users see it: its name, never the server path it was loaded from
+    (a hub-style "org/model" id stays whole)."""
+    if not path:
+        return path
+    if not path.startswith(("/", ".", "~")) and path.count("/") <= 1:
+        return path
+    return PurePath(path.rstrip("/")).name or path
 
 
 def _iso(value) -> str | None:
@@ -62,7 +73,7 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "output_tokens": result.output_tokens if result else None,
         "latency_s": result.latency_s if result else None,
         "finish_reason": result.finish_reason if result else None,
-        "model": result.model if result else None,
+        "model": shown_name(result.model) if result else None,
         "adapter": result.adapter if result else None,
         "adapter_version": (result.adapter_version if result else None) or analysis.adapter_version,
         "engine_versions": _engine_versions(analysis),

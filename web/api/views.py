@@ -16,7 +16,7 @@ from web.errors import render_error
 from web.pagination import page_number
 from vidlora.results.export import with_provenance
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
-from vidlora.results.rows import row_dict
+from vidlora.results.rows import row_dict, shown_name
 from web.review.actions import ReviewError, apply_review
 from web.scenarios.health import holders, worker_health
 from web.upload.service import UploadError, from_request, start_batch
@@ -50,7 +50,7 @@ def scenarios():
     rows = session.scalars(select(Scenario).order_by(Scenario.name)).all()
     return jsonify(scenarios=[{
         "name": s.name, "title": s.title, "description": s.description, "active": s.active,
-        "adapter_path": s.adapter_path, "adapter_version": s.adapter_version,
+        "adapter": shown_name(s.adapter_path), "adapter_version": s.adapter_version,
         "adapter_status": s.adapter_status, "adapter_reason": s.adapter_reason,
         "available": s.adapter_status != AdapterStatus.REFUSED,
         "system_prompt": s.system_prompt, "prompt": s.prompt, "sampling": s.sampling,
