@@ -51,6 +51,23 @@ class ResultHealth:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def summary(self) -> Flag:
+        """The verdict in words, first thing a reviewer reads; the flags are the detail."""
+        if self.quarantined:
+            return Flag("health", f"failed: its adapter is quarantined{f' ({self.reason})' if self.reason else ''}",
+                        "bad")
+        if not self.ok:
+            return Flag("health", f"failed: {self.reason or 'no verdict from the guard'}", "bad")
+        if self.schema_ok is False:
+            return Flag("health", "does not match the scenario's schema", "bad")
+        if self.quality:
+            return Flag("health", f"the engine is healthy; the answer itself is {self.quality}", "bad")
+        if self.recovered_by:
+            return Flag("health", f"healthy after the engine recovered ({self.recovered_by})", "info")
+        if self.isolated_rerun:
+            return Flag("health", "healthy, re-run alone after a bad batch-mate", "info")
+        return Flag("health", "healthy", "good")
+
     def flags(self) -> list[Flag]:
         """What a reviewer sees, most important first."""
         out = [Flag("guard", "healthy" if self.ok else f"not healthy: {self.reason or 'no verdict'}",

@@ -111,6 +111,12 @@ def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     return [(f.name, f.value, f.kind) for f in ResultHealth.of(health).flags()]
 
 
+def health_summary(health: dict[str, Any] | None) -> tuple[str, str]:
+    """(the verdict in words, good|bad|info) of a stored result's health."""
+    flag = ResultHealth.of(health).summary()
+    return flag.value, flag.kind
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
@@ -118,5 +124,5 @@ def init_app(app: Flask) -> None:
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
-        health_flags=health_flags,
+        health_flags=health_flags, health_summary=health_summary,
     )

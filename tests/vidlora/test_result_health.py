@@ -29,3 +29,15 @@ def test_flags_say_what_matters_first_and_in_words():
     assert Flag("logprobs finite", "no", "bad") in flags and Flag("all bang", "yes", "bad") in flags
     good = ResultHealth(ok=True, checks={"logprobs_finite": True, "all_bang": False})
     assert [f.kind for f in good.flags()] == ["good", "good", "good"]
+
+
+def test_the_summary_says_the_verdict_in_words():
+    assert ResultHealth(ok=True).summary() == Flag("health", "healthy", "good")
+    assert ResultHealth(ok=True, isolated_rerun=True, runs=2).summary().value == \
+        "healthy, re-run alone after a bad batch-mate"
+    assert ResultHealth(ok=False, reason="non-finite logprobs").summary() == \
+        Flag("health", "failed: non-finite logprobs", "bad")
+    assert ResultHealth(ok=True, recovered_by="reset_prefix_cache").summary().value == \
+        "healthy after the engine recovered (reset_prefix_cache)"
+    assert ResultHealth(ok=True, schema_ok=False).summary().kind == "bad"
+    assert ResultHealth(ok=True, quality="a repetition loop").summary().value.endswith("is a repetition loop")

@@ -18,7 +18,7 @@ def test_video_page(logged_in_client, factory):
     assert "0:09.4" in html  # the 4th frame's timestamp (9.38 s)
     assert "A bronze fibula." in html
     assert "1200 in · 48 out" in html and "1.25 s" in html and "tiny-qwen" in html and "abc123def456" in html
-    assert 'data-flag="guard"' in html and 'data-flag="schema"' in html and 'data-flag="all bang"' in html
+    assert 'data-testid="health-summary">healthy<' in html and 'data-flag="guard"' in html and 'data-flag="schema"' in html and 'data-flag="all bang"' in html
     result_id = made.result_ids["artifact_identification"]
     assert f'data-testid="approve-{result_id}"' in html and f'data-testid="edit-{result_id}"' in html
     assert "The model is looking at it now" in html  # the running analysis
