@@ -106,6 +106,38 @@ def answer_line(value: Any, schema: dict[str, Any] | None = None) -> str:
     return "; ".join(f"{k.replace('_', ' ')}: {text(v)}" for k, v in value.items())
 
 
+VERSION_NAMES = (("vllm", "vLLM"), ("torch", "torch"), ("transformers", "transformers"), ("peft", "PEFT"),
+                 ("triton", "Triton"))
+
+
+def versions_line(versions: dict[str, Any] | None) -> str:
+    """The serving stack in one line: "vLLM 0.32.0 · torch 2.10.0 · transformers 5.19.0"."""
+    versions = versions or {}
+    return " · ".join(f"{label} {versions[key]}" for key, label in VERSION_NAMES if versions.get(key)) or "unknown"
+
+
+def canary_summary(canary: dict[str, Any] | None, now: datetime | None = None) -> tuple[str, str]:
+    """(the worker's last canary in words, good|bad|info): "healthy, 3 min ago"."""
+    if not canary:
+        return "not run yet", "info"
+    when_text = ""
+    if isinstance(canary.get("at"), (int, float)):
+        when_text = ", " + age(datetime.fromtimestamp(canary["at"], timezone.utc), now)
+    if canary.get("ok"):
+        return f"healthy{when_text}", "good"
+    return f"failed: {canary.get('reason') or 'no reason given'}{when_text}", "bad"
+
+
+def describe_sampling(stored: dict[str, Any] | None) -> str:
+    """A scenario's frame sampling in words, only what its mode uses."""
+    from vidlora.media.sampling import SamplingPolicy
+
+    try:
+        return SamplingPolicy.from_dict(stored or {"mode": "uniform"}).describe()
+    except (TypeError, ValueError):
+        return "not readable: re-sync the scenario file"
+
+
 def health_flags(health: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     """(name, value text, good|bad|info) per flag of a stored result's health."""
     return [(f.name, f.value, f.kind) for f in ResultHealth.of(health).flags()]
@@ -124,5 +156,6 @@ def init_app(app: Flask) -> None:
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
-        health_flags=health_flags, health_summary=health_summary,
+        health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
+        canary_summary=canary_summary, describe_sampling=describe_sampling,
     )

@@ -69,3 +69,24 @@ def test_refused_adapter_shows_unavailable_with_its_reason(logged_in_client):
         with session_scope() as session:
             row = session.scalar(select(Scenario).where(Scenario.name == "tomb_structure"))
             row.adapter_status, row.adapter_reason, row.adapter_digest = before
+
+
+def test_settings_and_workers_read_as_words(logged_in_client, make_worker):
+    """Issue 19: no raw dumps: sampling in words for its mode, versions in a line, the canary's age."""
+    import time
+
+    from vidlora.db import session_scope
+    from vidlora.models import Worker
+
+    make_worker("gpu-words", ["tomb_structure"])
+    with session_scope() as session:
+        worker = session.query(Worker).filter(Worker.name == "gpu-words").one()
+        worker.versions = {"vllm": "0.32.0", "torch": "2.10.0", "ptxas": None}
+        worker.last_canary = {"ok": True, "latency_s": 0.4, "at": time.time() - 120}
+    html = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    assert "8 frames spread evenly over the video, at most 50,176 pixels each" in html
+    assert "2 frames a second, 4 to 8 frames, at most 50,176 pixels each" in html
+    assert "num_frames=" not in html and "min_frames" not in html
+    row = html.split('data-worker="gpu-words"')[1].split("</tr>")[0]
+    assert "vLLM 0.32.0 · torch 2.10.0" in row
+    assert 'data-testid="worker-canary">healthy, 2 min ago<' in row and "1796" not in row

@@ -67,6 +67,17 @@ class SamplingPolicy:
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ValueError("need 0 < min_pixels <= max_pixels")
 
+    def describe(self) -> str:
+        """The policy in words, only the settings its mode uses: "8 frames spread evenly over
+        the video, at most 50,176 pixels each"."""
+        if self.mode == "uniform":
+            text = f"{self.num_frames} frame{'s' if self.num_frames != 1 else ''} spread evenly over the video"
+        else:
+            text = f"{self.fps:g} frames a second, {self.min_frames} to {self.max_frames} frames"
+        if self.start_s is not None or self.end_s is not None:
+            text += f", from {self.start_s or 0:g} s to {f'{self.end_s:g} s' if self.end_s is not None else 'the end'}"
+        return f"{text}, at most {self.max_pixels:,} pixels each"
+
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingPolicy":
         """Build from a scenario's ``sampling`` mapping; unknown keys and bad values -> ValueError."""

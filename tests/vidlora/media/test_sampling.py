@@ -136,3 +136,10 @@ def test_key_is_canonical_and_only_depends_on_what_matters():
     assert len({v.key() for v in variants}) == len(variants)
     assert len(a.key_hash()) == 16 and a.key_hash() == b.key_hash()
     assert SamplingPolicy.from_dict(a.as_dict()) == a
+
+
+def test_a_policy_describes_only_what_its_mode_uses():
+    assert SamplingPolicy(mode="uniform", num_frames=1, max_pixels=4096).describe() == \
+        "1 frame spread evenly over the video, at most 4,096 pixels each"
+    assert SamplingPolicy(mode="fps", fps=0.5, min_frames=2, max_frames=6, start_s=3, max_pixels=4096).describe() == \
+        "0.5 frames a second, 2 to 6 frames, from 3 s to the end, at most 4,096 pixels each"
