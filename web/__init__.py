@@ -13,10 +13,19 @@ import secrets
 from typing import Any
 
 from flask import Flask
+from werkzeug.routing import IntegerConverter
 
 from vidlora.config import get_settings
 
 log = logging.getLogger(__name__)
+
+
+class RowId(IntegerConverter):
+    """``<id:name>`` in a route: a row id, positive and within PostgreSQL's integer; anything
+    else matches no route (404), never reaches the database as an out-of-range error."""
+
+    def __init__(self, url_map):
+        super().__init__(url_map, min=1, max=2**31 - 1)
 
 
 class InsecureSecretKey(RuntimeError):
@@ -76,6 +85,7 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     if test_config is not None:
         app.config.from_mapping(test_config)
     app.config["SECRET_KEY"] = _secret_key(app, dev)
+    app.url_map.converters["id"] = RowId
 
     from web import database, errors, security, template_helpers
     from web.extensions import csrf, login_manager

@@ -46,7 +46,8 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(CSRFError)
     def csrf_error(exc: CSRFError):
-        return render(400, "This form has expired or was not sent from this site. "
+        # 403: the request is understood and refused (what the API documents).
+        return render(403, "This form has expired or was not sent from this site. "
                            "Reload the page and try again.")
 
     @app.errorhandler(RequestEntityTooLarge)
@@ -59,7 +60,10 @@ def init_app(app: Flask) -> None:
             return exc
         # abort(404, "No batch 7") gives its own text; werkzeug's stock text is replaced.
         detail = exc.description if exc.description != type(exc).description else None
-        return render(exc.code, detail)
+        response = render(exc.code, detail)
+        if exc.code == 405 and getattr(exc, "valid_methods", None):
+            response = (response[0], response[1], {"Allow": ", ".join(exc.valid_methods)})
+        return response
 
     @app.errorhandler(InternalServerError)
     def server_error(exc: InternalServerError):

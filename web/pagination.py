@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from flask import request
 
 
+MAX_PAGE = 1_000_000  # far past any real listing; keeps OFFSET inside PostgreSQL's bigint
+
+
 def page_number(arg: str = "page") -> int:
     try:
-        return max(1, int(request.args.get(arg, 1)))
+        return min(MAX_PAGE, max(1, int(request.args.get(arg, 1))))
     except ValueError:
         return 1
 

@@ -32,11 +32,11 @@ def uses_basic_auth() -> bool:
 
 
 def _csrf_guard() -> None:
-    if request.method in SAFE_METHODS:
-        return
+    if request.method in SAFE_METHODS or request.routing_exception is not None:
+        return  # no view runs for a 404/405: let it answer as such, with its Allow header
     if request.blueprint == "api" and uses_basic_auth():
         return
-    csrf.protect()  # raises CSRFError (400) when the token is missing or wrong
+    csrf.protect()  # raises CSRFError (403) when the token is missing or wrong
 
 
 def _headers(response):

@@ -99,7 +99,7 @@ def test_enqueue_refused(client, auth, scenarios, filename, message):
 def test_enqueue_with_session_needs_csrf(logged_in_client):
     data = {"scenarios": ["tomb_structure"], "files": [(io.BytesIO(b"x"), "a.mp4")]}
     response = logged_in_client.post("/api/v1/batches", data=data, content_type="multipart/form-data")
-    assert response.status_code == 400 and response.json["status"] == 400
+    assert response.status_code == 403 and response.json["status"] == 403
     data = {"scenarios": ["tomb_structure"], "files": [(io.BytesIO(b"x"), "a.mp4")]}
     response = logged_in_client.post("/api/v1/batches", data=data, content_type="multipart/form-data",
                                      headers={"X-CSRFToken": logged_in_client.csrf})
@@ -160,7 +160,7 @@ def test_review_errors(client, auth, factory):
 def test_review_with_session_needs_csrf_header(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     url = f"/api/v1/results/{rid}/review"
-    assert logged_in_client.post(url, json={"action": "approve"}).status_code == 400
+    assert logged_in_client.post(url, json={"action": "approve"}).status_code == 403
     ok = logged_in_client.post(url, json={"action": "approve"}, headers={"X-CSRFToken": logged_in_client.csrf})
     assert ok.status_code == 200 and ok.json["review_state"] == "approved"
 
@@ -227,3 +227,43 @@ def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
     body = client.get(f"/api/v1/results?batch={made.batch_id}", headers=auth)
     assert adapter_root not in body.get_data(as_text=True) and os.environ["VIDLORA_MODEL"] not in body.get_data(as_text=True)
     assert body.json["results"][0]["model"] == "base"  # the model's name
+
+
+# -- the API contract holds at its edges (issue 19) ------------------------------------------
+
+@pytest.mark.parametrize("path", ["/api/v1/batches?page=576460752303423489", "/api/v1/results?page=0",
+                                  "/api/v1/results?per_page=null", "/api/v1/results?per_page=501",
+                                  "/api/v1/results?batch=-1", "/api/v1/results?batch=99999999999"])
+def test_paging_and_filters_outside_the_document_are_400(client, auth, path):
+    response = client.get(path, headers=auth)
+    assert response.status_code == 400 and response.is_json, (path, response.status_code)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/results/84592958635041425647841837056", "/api/v1/batches/0",
+                                  "/api/v1/results/2147483648"])
+def test_ids_past_any_row_are_404_not_server_errors(client, auth, path):
+    response = client.get(path, headers=auth)
+    assert response.status_code == 404 and response.is_json
+
+
+def test_timestamps_carry_their_zone(client, auth, factory):
+    from datetime import datetime
+
+    made = factory.batch()
+    rid = made.result_ids["artifact_identification"]
+    client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"})
+    batch = client.get("/api/v1/batches", headers=auth).json["batches"][0]
+    detail = client.get(f"/api/v1/results/{rid}", headers=auth).json
+    for stamp in (batch["created_at"], detail["created_at"], detail["reviews"][0]["created_at"], detail["reviewed_at"]):
+        assert datetime.fromisoformat(stamp).utcoffset() is not None, stamp
+
+
+def test_a_wrong_method_says_which_are_allowed(client, auth):
+    response = client.delete("/api/v1/batches", headers=auth)
+    assert response.status_code == 405 and set(response.headers["Allow"].split(", ")) >= {"GET", "POST"}
+
+
+def test_a_session_write_without_csrf_is_403(logged_in_client, factory):
+    rid = factory.batch().result_ids["artifact_identification"]
+    response = logged_in_client.post(f"/api/v1/results/{rid}/review", json={"action": "approve"})
+    assert response.status_code == 403 and response.is_json

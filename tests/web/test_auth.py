@@ -47,7 +47,7 @@ def test_unknown_user(client, database):
 
 def test_login_requires_csrf(client, reviewer):
     response = client.post("/auth/login", data={"username": reviewer, "password": "correct horse battery"})
-    assert response.status_code == 400
+    assert response.status_code == 403
     assert b"expired" in response.data
 
 
@@ -66,7 +66,7 @@ def test_next_is_followed_only_on_site(client, reviewer):
 
 
 def test_logout_requires_csrf(logged_in_client):
-    assert logged_in_client.post("/auth/logout").status_code == 400
+    assert logged_in_client.post("/auth/logout").status_code == 403
     assert logged_in_client.get("/batches/").status_code == 200
 
 

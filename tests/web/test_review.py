@@ -103,7 +103,7 @@ def test_note_does_not_change_state(logged_in_client, factory):
 def test_review_needs_csrf(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     response = logged_in_client.post(f"/review/results/{rid}", data={"action": "approve"})
-    assert response.status_code == 400
+    assert response.status_code == 403
     assert _result(rid)[0].review_state == "unreviewed"
 
 

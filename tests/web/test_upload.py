@@ -106,7 +106,7 @@ def test_too_large(logged_in_client, app, monkeypatch):
 
 def test_upload_requires_csrf(logged_in_client):
     response = _post(logged_in_client, [("a.mp4", b"x")], token=False)
-    assert response.status_code == 400 and b"expired" in response.data
+    assert response.status_code == 403 and b"expired" in response.data
 
 
 def test_upload_requires_login(client, database):

@@ -78,7 +78,7 @@ def parse_filters(args) -> ResultFilters:
     if status and status not in values(AnalysisStatus):
         raise FilterError(f"Status must be one of: {', '.join(values(AnalysisStatus))}.")
     batch_raw = get("batch")
-    if batch_raw and not batch_raw.isdigit():
+    if batch_raw and not (batch_raw.isdigit() and 1 <= int(batch_raw) <= 2**31 - 1):
         raise FilterError("Batch must be a batch number.")
     q = get("q")
     if len(q) > MAX_QUERY_CHARS:

@@ -7,6 +7,7 @@ without the database.
 
 from __future__ import annotations
 
+from datetime import timezone
 from pathlib import PurePath
 from typing import Any
 
@@ -33,8 +34,11 @@ def shown_name(path: str | None) -> str | None:
     return PurePath(path.rstrip("/")).name or path
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None
+def iso_utc(value) -> str | None:
+    """RFC 3339 with its zone, always (SQLite hands back naive datetimes; they are UTC)."""
+    if value is None:
+        return None
+    return (value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)).isoformat()
 
 
 def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:
@@ -65,7 +69,7 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "reason": analysis.reason,
         "review_state": result.review_state if result else None,
         "reviewed_by": (last_review.user.username if last_review and last_review.user else None),
-        "reviewed_at": _iso(last_review.created_at) if last_review else None,
+        "reviewed_at": iso_utc(last_review.created_at) if last_review else None,
         "text": result.text if result else None,
         "edited_text": result.edited_text if result else None,
         "final_text": final,
@@ -79,8 +83,8 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "engine_versions": _engine_versions(analysis),
         "frame_timestamps": list(frame_set.timestamps) if frame_set is not None else None,
         "health": result.health if result else None,
-        "created_at": _iso(analysis.created_at),
-        "finished_at": _iso(analysis.finished_at),
+        "created_at": iso_utc(analysis.created_at),
+        "finished_at": iso_utc(analysis.finished_at),
         "fields": in_schema_order(final_value(result), scenario.output_schema) if result else None,
         "model_fields": in_schema_order(result.parsed, scenario.output_schema) if result else None,
     }

@@ -18,11 +18,14 @@ def _json(schema: dict, description: str = "OK") -> dict:
 ERRORS = {
     "400": _json(_ref("Error"), "Bad request (the detail says what to fix)"),
     "401": _json(_ref("Error"), "Not signed in, or wrong credentials"),
+    "403": _json(_ref("Error"), "Signed in by browser session but the CSRF token is missing or wrong"),
+    "429": _json(_ref("Error"), "Too many wrong passwords for this account: wait Retry-After seconds"),
 }
 NOT_FOUND = {"404": _json(_ref("Error"), "No such object")}
-ID = lambda name: {"name": name, "in": "path", "required": True, "schema": {"type": "integer"}}  # noqa: E731
+ID = lambda name: {"name": name, "in": "path", "required": True,  # noqa: E731
+                   "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}
 PAGING = [
-    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "default": 1}},
+    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 1}},
     {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
 ]
 RESULT_FILTERS = [
@@ -30,7 +33,8 @@ RESULT_FILTERS = [
     {"name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(values(ReviewState))}},
     {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(values(AnalysisStatus))},
      "description": "Analysis status"},
-    {"name": "batch", "in": "query", "schema": {"type": "integer"}, "description": "Videos of this batch"},
+    {"name": "batch", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+     "description": "Videos of this batch"},
     {"name": "date_from", "in": "query", "schema": {"type": "string", "format": "date"},
      "description": "Analyses created on or after this day (UTC)"},
     {"name": "date_to", "in": "query", "schema": {"type": "string", "format": "date"},

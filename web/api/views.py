@@ -13,10 +13,10 @@ from web.api.openapi import openapi_document
 from web.batches.progress import summarise, view_dict
 from web.database import get_db
 from web.errors import render_error
-from web.pagination import page_number
+from web.pagination import MAX_PAGE
 from vidlora.results.export import with_provenance
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
-from vidlora.results.rows import row_dict, shown_name
+from vidlora.results.rows import iso_utc, row_dict, shown_name
 from web.review.actions import ReviewError, apply_review
 from web.scenarios.health import holders, worker_health
 from web.upload.service import UploadError, from_request, start_batch
@@ -24,11 +24,26 @@ from web.upload.service import UploadError, from_request, start_batch
 MAX_PER_PAGE = 500
 
 
-def _per_page() -> int:
+def _int_arg(name: str, default: int, highest: int) -> int:
+    """A paging argument as the OpenAPI document states it: a whole number in 1..highest."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
     try:
-        return min(MAX_PER_PAGE, max(1, int(request.args.get("per_page", current_app.config["PAGE_SIZE"]))))
+        value = int(raw)
     except ValueError:
-        return current_app.config["PAGE_SIZE"]
+        value = 0
+    if not 1 <= value <= highest:
+        raise FilterError(f"{name} must be a whole number from 1 to {highest}.")
+    return value
+
+
+def _per_page() -> int:
+    return _int_arg("per_page", current_app.config["PAGE_SIZE"], MAX_PER_PAGE)
+
+
+def _page() -> int:
+    return _int_arg("page", 1, MAX_PAGE)
 
 
 @bp.errorhandler(FilterError)
@@ -67,13 +82,13 @@ def workers():
 @bp.get("/batches")
 def batches():
     session = get_db()
-    size, page = _per_page(), page_number()
+    size, page = _per_page(), _page()
     total = session.scalar(select(func.count(Batch.id))) or 0
     rows = session.scalars(select(Batch).order_by(Batch.id.desc()).offset((page - 1) * size).limit(size)).all()
     summaries = summarise(session, list(rows))
     return jsonify(page=page, per_page=size, total=total, batches=[{
         "id": b.id, "name": b.name, "source": b.source, "status": b.status, "reason": b.reason,
-        "scenarios": b.scenario_names, "created_by": b.created_by, "created_at": b.created_at.isoformat(),
+        "scenarios": b.scenario_names, "created_by": b.created_by, "created_at": iso_utc(b.created_at),
         "progress": summaries[b.id].as_dict(), "url": url_for("api.batch", batch_id=b.id),
     } for b in rows])
 
@@ -86,7 +101,7 @@ def enqueue():
                    page=url_for("batches.detail", batch_id=batch_id)), 201
 
 
-@bp.get("/batches/<int:batch_id>")
+@bp.get("/batches/<id:batch_id>")
 def batch(batch_id: int):
     view = batch_view(get_db(), batch_id)
     if view is None:
@@ -98,7 +113,7 @@ def batch(batch_id: int):
 def results():
     session = get_db()
     filters = parse_filters(request.args)
-    size, page = _per_page(), page_number()
+    size, page = _per_page(), _page()
     stmt = result_query(session, filters)
     total = count(session, stmt)
     rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
@@ -124,7 +139,7 @@ def _result_json(result: Result) -> dict:
     data = row_dict(analysis, result, analysis.video, analysis.scenario)
     data["reviews"] = [{
         "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
-        "text": r.text, "note": r.note, "created_at": r.created_at.isoformat(),
+        "text": r.text, "note": r.note, "created_at": iso_utc(r.created_at),
     } for r in result.reviews]
     return data
 
@@ -136,12 +151,12 @@ def _result_or_404(result_id: int) -> Result:
     return result
 
 
-@bp.get("/results/<int:result_id>")
+@bp.get("/results/<id:result_id>")
 def result(result_id: int):
     return jsonify(_result_json(_result_or_404(result_id)))
 
 
-@bp.post("/results/<int:result_id>/review")
+@bp.post("/results/<id:result_id>/review")
 def review(result_id: int):
     session = get_db()
     result = _result_or_404(result_id)

@@ -35,7 +35,7 @@ def progress():
     return jsonify({str(k): v.as_dict() for k, v in summarise(session, list(batches)).items()})
 
 
-@bp.get("/<int:batch_id>")
+@bp.get("/<id:batch_id>")
 def detail(batch_id: int):
     session = get_db()
     view = batch_view(session, batch_id)
@@ -45,7 +45,7 @@ def detail(batch_id: int):
     return render_template("batches/detail.html", view=view, batch=batch)
 
 
-@bp.get("/<int:batch_id>/status.json")
+@bp.get("/<id:batch_id>/status.json")
 def status(batch_id: int):
     view = batch_view(get_db(), batch_id)
     if view is None:

@@ -73,12 +73,12 @@ def _corrected(result: Result, text: str | None, fields) -> bool:
     return text is not None and text.replace("\r\n", "\n").replace("\r", "\n") != current_text(result)
 
 
-@bp.get("/results/<int:result_id>")
+@bp.get("/results/<id:result_id>")
 def result(result_id: int):
     return _page(_result_or_404(result_id))
 
 
-@bp.post("/results/<int:result_id>")
+@bp.post("/results/<id:result_id>")
 def act(result_id: int):
     session = get_db()
     result = _result_or_404(result_id)

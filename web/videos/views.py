@@ -18,7 +18,7 @@ def _video_or_404(video_id: int) -> Video:
     return video
 
 
-@bp.get("/<int:video_id>")
+@bp.get("/<id:video_id>")
 def detail(video_id: int):
     session = get_db()
     video = _video_or_404(video_id)
@@ -41,7 +41,7 @@ def detail(video_id: int):
     )
 
 
-@bp.get("/<int:video_id>/file", endpoint="file")
+@bp.get("/<id:video_id>/file", endpoint="file")
 def video_file(video_id: int):
     """The stored video, with Range support so the player can seek."""
     video = _video_or_404(video_id)
@@ -52,7 +52,7 @@ def video_file(video_id: int):
                      download_name=video.original_name, max_age=3600)
 
 
-@bp.get("/frames/<int:frame_set_id>/<int:index>.jpg")
+@bp.get("/frames/<id:frame_set_id>/<int:index>.jpg")
 def frame(frame_set_id: int, index: int):
     frame_set = get_db().get(FrameSet, frame_set_id)
     if frame_set is None or index >= len(frame_set.files or []):
@@ -63,7 +63,7 @@ def frame(frame_set_id: int, index: int):
     return send_file(path, mimetype="image/jpeg", conditional=True, max_age=86400)
 
 
-@bp.get("/<int:video_id>/thumbnail.jpg")
+@bp.get("/<id:video_id>/thumbnail.jpg")
 def thumbnail(video_id: int):
     """The middle frame of the video's first frame set: a picture to recognise it by."""
     frame_set = get_db().scalar(
