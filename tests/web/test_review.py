@@ -134,3 +134,27 @@ def test_a_text_starting_with_a_line_break_survives_the_edit_box(logged_in_clien
     rid = factory.batch({"artifact_identification": "\nA bronze fibula."}).result_ids["artifact_identification"]
     html = logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
     assert 'data-testid="edit-text">\n\nA bronze fibula.</textarea>' in html  # the parser eats the first
+
+
+def test_the_review_queue_walks_a_filtered_list(logged_in_client, factory):
+    """Issue 19: opened from a results list, the review page moves through that list, and
+    Approve / Reject / Save go on to the next result nobody has reviewed."""
+    import re
+
+    made = factory.batch({"artifact_identification": "one", "tomb_structure": "two", "murals_inscriptions": "three"})
+    order = sorted(made.result_ids.values(), reverse=True)  # the list's order: newest first
+    listing = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    link = re.search(rf'href="([^"]+)" data-testid="review-link-{order[0]}"', listing).group(1).replace("&amp;", "&")
+    assert "queue=1" in link and f"batch={made.batch_id}" in link
+    page = logged_in_client.get(link).get_data(as_text=True)
+    assert "1 of 3 in this list" in page and 'data-testid="queue-next"' in page and "queue-prev" not in page
+    assert 'data-testid="shortcuts"' in page and "review.js" in page
+    query = link.split("?", 1)[1]
+    _act_q = lambda rid, **form: logged_in_client.post(  # noqa: E731
+        f"/review/results/{rid}?{query}", data={"csrf_token": logged_in_client.csrf, **form})
+    first = _act_q(order[0], action="approve")
+    assert first.status_code == 303 and first.headers["Location"].startswith(f"/review/results/{order[1]}?")
+    assert _act_q(order[2], action="reject").headers["Location"].startswith(f"/review/results/{order[1]}?")
+    last = _act_q(order[1], action="edit", text="two, corrected")
+    assert last.headers["Location"].startswith("/results/?") and f"batch={made.batch_id}" in last.headers["Location"]
+    assert "Nothing left to review in this list." in logged_in_client.get(last.headers["Location"]).get_data(as_text=True)

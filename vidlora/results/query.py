@@ -246,6 +246,30 @@ def facets(session: Session, filters: ResultFilters) -> list[Facet]:
     return out
 
 
+@dataclass(frozen=True)
+class Neighbours:
+    previous: int | None  # result ids, in the list's order (newest analysis first)
+    next: int | None
+    next_unreviewed: int | None
+    position: int  # 1-based, 0 when the result is not in the filter
+    total: int
+
+
+def neighbours(session: Session, filters: ResultFilters, result_id: int) -> Neighbours:
+    """Where a result sits in a filtered list of results: the review queue's moves."""
+    stmt = (result_query(session, filters).with_only_columns(Result.id, Result.review_state, Analysis.id)
+            .where(Result.id.is_not(None)).order_by(None).order_by(Analysis.id.desc()))
+    rows = session.execute(stmt).all()
+    ids = [rid for rid, _, _ in rows]
+    if result_id not in ids:
+        first_open = next((rid for rid, state, _ in rows if state == ReviewState.UNREVIEWED), None)
+        return Neighbours(None, ids[0] if ids else None, first_open, 0, len(ids))
+    at = ids.index(result_id)
+    after = [rid for rid, state, _ in rows[at + 1:] + rows[:at] if state == ReviewState.UNREVIEWED]
+    return Neighbours(ids[at - 1] if at > 0 else None, ids[at + 1] if at + 1 < len(ids) else None,
+                      after[0] if after else None, at + 1, len(ids))
+
+
 def count(session: Session, stmt: Select) -> int:
     return session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
 

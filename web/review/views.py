@@ -9,6 +9,7 @@ from sqlalchemy.orm import selectinload
 from vidlora.lifecycle import AnalysisStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
 from vidlora.results.fields import changes, final_value, in_schema_order
+from vidlora.results.query import FilterError, ResultFilters, neighbours, parse_filters
 from web.database import get_db
 from web.review import bp
 from web.review.actions import ReviewError, apply_review, current_text, history, output_schema
@@ -44,8 +45,24 @@ def _json(text: str | None):
         return None
 
 
+def _queue() -> tuple[ResultFilters | None, dict]:
+    """The review queue this page was opened from (a results list's filter), if any."""
+    if request.args.get("queue") != "1":
+        return None, {}
+    try:
+        filters = parse_filters(request.args)
+    except FilterError:
+        return None, {}
+    return filters, {**filters.as_args(), "queue": "1"}
+
+
 def _page(result: Result, error: str | None = None, draft=None, note: str = "", status: int = 200):
     schema = output_schema(result)
+    filters, queue_args = _queue()
+    try:
+        around = neighbours(get_db(), filters, result.id) if filters is not None else None
+    except FilterError:
+        around = None
     if schema is None:
         entries = [(review, word_diff(before, review.text) if before is not None else None, None)
                    for review, before in history(result)]
@@ -61,7 +78,7 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
     return render_template(
         "review/result.html", result=result, analysis=result.analysis, video=result.analysis.video,
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
-        answer=in_schema_order(final_value(result), schema), error=error,
+        answer=in_schema_order(final_value(result), schema), error=error, around=around, queue_args=queue_args,
         draft=current_text(result) if draft is None or schema is not None else draft, note=note,
     ), status
 
@@ -102,4 +119,12 @@ def act(result_id: int):
                      request.form.get("note", ""), 400)
     session.commit()
     flash(message, "success")
+    filters, queue_args = _queue()
+    if filters is not None and action in ("approve", "reject", "edit"):
+        # The queue moves on to the next result nobody has reviewed, in the list's order.
+        following = neighbours(session, filters, result_id).next_unreviewed
+        if following is not None:
+            return redirect(url_for("review.result", result_id=following, **queue_args), code=303)
+        flash("Nothing left to review in this list.", "info")
+        return redirect(url_for("query.index", **filters.as_args()), code=303)
     return redirect(safe_next(request.form.get("next"), url_for("review.result", result_id=result_id)), code=303)

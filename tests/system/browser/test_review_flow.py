@@ -118,11 +118,18 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
     assert len(tomb) == len(artifact) == 2
     shot("06-results")
 
-    # 5. Approve one result.
+    # 5. Approve one result by keyboard from the list's review queue: "a" approves, and the
+    #    queue moves on to the next result nobody has reviewed.
     approve_id = tomb[0]
+    page.click(f"[data-testid=review-link-{approve_id}]")
+    page.wait_for_selector("[data-testid=review-queue]")
+    page.keyboard.press("a")
+    page.wait_for_url(lambda url: f"/review/results/{approve_id}?" not in url)
+    assert "/review/results/" in page.url and "queue=1" in page.url
+    with session_scope() as session:
+        approved = session.get(Result, approve_id)
+        assert approved.review_state == "approved" and [r.action for r in approved.reviews] == ["approve"]
     page.goto(f"{base}/review/results/{approve_id}")
-    page.click(f"[data-testid=approve-{approve_id}]")
-    page.wait_for_selector("[data-testid=review-state] [data-review-state=approved]")
     assert page.locator("[data-testid=history] li[data-action=approve]").count() == 1
     shot("07-approved")
 
