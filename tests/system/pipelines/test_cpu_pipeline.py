@@ -30,11 +30,13 @@ def batch_state(batch_id: int):
 
 
 def waiting_for_gpu(view) -> bool:
-    """CPU work is over: every analysis is final or handed to the GPU queue."""
+    """CPU work is over: every analysis is final or handed to the GPU side (a GPU worker of
+    another test module may be running it already)."""
     return (
         view.status != "ingesting"
         and view.uploads_pending == 0
-        and all(a.status in ("queued", "ready", "done", "failed", "rejected") for v in view.videos for a in v.analyses)
+        and all(a.status in ("queued", "ready", "running", "done", "failed", "rejected")
+                for v in view.videos for a in v.analyses)
     )
 
 
