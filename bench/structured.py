@@ -63,6 +63,14 @@ def requests(specs, frame_sets, structured: bool, free_tokens: int, tag: str):
     return out
 
 
+def _shown(path: str) -> str:
+    """The model as results name it: repo-relative, never this machine's path."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return Path(path).name
+
+
 def measure(host, reqs) -> dict:
     t0 = time.perf_counter()
     outs = host.generate(reqs)
@@ -111,7 +119,7 @@ def main() -> None:
               "s_per_request": med["schema"]["s_per_request"] / med["free"]["s_per_request"]}
     device = "cpu" if platform_is_cpu() else "gpu"
     report = {"command": "bench/structured.py " + " ".join(sys.argv[1:]), "device": host.identity().get("device"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "model": model,
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "model": _shown(model),
               "backend": host.settings.structured_outputs_backend, "scenarios": [s.name for s in specs],
               "videos": args.videos, "rounds": args.rounds, "free_tokens": args.free_tokens,
               "cold_schema_batch": cold, "runs": runs, "median": med, "schema_over_free": ratios}
