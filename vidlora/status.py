@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vidlora.lifecycle import FINAL_ANALYSIS, AnalysisStatus, BatchStatus, ItemStatus, UploadStatus
-from vidlora.models import Analysis, Batch, BatchItem, Scenario, Video
+from vidlora.lifecycle import FINAL_ANALYSIS, AnalysisStatus, BatchStatus, FrameSetStatus, ItemStatus, UploadStatus
+from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video
 
 
 @dataclass
@@ -19,6 +19,8 @@ class AnalysisView:
     status: str
     reason: str | None
     attempts: int
+    result_id: int | None = None
+    reused_from: int | None = None  # the earlier batch whose analysis this is (same content re-uploaded)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class VideoView:
     height: int | None
     codec: str | None
     analyses: list[AnalysisView] = field(default_factory=list)
+    has_frames: bool = False  # a picture to show (a placeholder until then)
 
 
 # What a batch's analyses came to, in words: finished-with-problems must never read as fine.
@@ -67,6 +70,7 @@ class BatchView:
     rejected: list[tuple[str, str]]  # (member name, reason)
     skipped: list[tuple[str, str]]
     uploads_pending: int
+    titles: dict[str, str] = field(default_factory=dict)  # scenario name -> title people read
 
     @property
     def analysis_counts(self) -> Counter:
@@ -82,6 +86,11 @@ class BatchView:
         )
 
     @property
+    def reused(self) -> dict[int, int]:
+        """Earlier batch -> how many of this batch's analyses it had already done."""
+        return dict(Counter(a.reused_from for v in self.videos for a in v.analyses if a.reused_from))
+
+    @property
     def outcome(self) -> str:
         return outcome_text(self.analysis_counts, len(self.rejected))
 
@@ -92,9 +101,10 @@ class BatchView:
     def as_dict(self) -> dict:
         return {
             "id": self.id, "name": self.name, "status": self.status, "reason": self.reason,
-            "scenarios": self.scenarios, "finished": self.finished,
+            "scenarios": self.scenarios, "titles": self.titles, "finished": self.finished,
             "counts": dict(self.analysis_counts),
             "outcome": self.outcome, "problems": self.problems,
+            "reused": {str(k): n for k, n in self.reused.items()},
             "videos": [
                 {**{k: v for k, v in vv.__dict__.items() if k != "analyses"},
                  "analyses": [a.__dict__ for a in vv.analyses]}
@@ -113,16 +123,21 @@ def batch_view(session: Session, batch_id: int) -> BatchView | None:
     video_ids = [i.video_id for i in items if i.video_id is not None]
     videos = {v.id: v for v in session.scalars(select(Video).where(Video.id.in_(video_ids)))}
     analyses = session.execute(
-        select(Analysis, Scenario.name)
+        select(Analysis, Scenario.name, Result.id)
         .join(Scenario, Scenario.id == Analysis.scenario_id)
+        .outerjoin(Result, Result.analysis_id == Analysis.id)
         .where(Analysis.video_id.in_(video_ids), Scenario.name.in_(batch.scenario_names))
         .order_by(Analysis.video_id, Scenario.name)
     ).all()
     per_video: dict[int, list[AnalysisView]] = {}
-    for analysis, scenario in analyses:
+    for analysis, scenario, result_id in analyses:
         per_video.setdefault(analysis.video_id, []).append(
-            AnalysisView(analysis.id, scenario, analysis.status, analysis.reason, analysis.attempts)
+            AnalysisView(analysis.id, scenario, analysis.status, analysis.reason, analysis.attempts, result_id,
+                         analysis.batch_id if analysis.batch_id not in (None, batch_id) else None)
         )
+    with_frames = set(session.scalars(
+        select(FrameSet.video_id).where(FrameSet.video_id.in_(video_ids), FrameSet.status == FrameSetStatus.DONE)))
+    titles = dict(session.execute(select(Scenario.name, Scenario.title).where(Scenario.name.in_(batch.scenario_names))).all())
     views: list[VideoView] = []
     seen: set[int] = set()
     for item in items:
@@ -132,11 +147,12 @@ def batch_view(session: Session, batch_id: int) -> BatchView | None:
         video = videos[item.video_id]
         views.append(VideoView(
             video.id, item.name, video.status, video.reason, video.duration_s, video.width,
-            video.height, video.codec, per_video.get(video.id, []),
+            video.height, video.codec, per_video.get(video.id, []), video.id in with_frames,
         ))
     return BatchView(
         id=batch.id, name=batch.name, status=batch.status, reason=batch.reason,
         scenarios=list(batch.scenario_names), videos=views,
+        titles={name: titles.get(name) or name for name in batch.scenario_names},
         rejected=[(i.name, i.reason or "") for i in items if i.status == ItemStatus.REJECTED],
         skipped=[(i.name, i.reason or "") for i in items if i.status == ItemStatus.SKIPPED],
         uploads_pending=sum(1 for u in batch.uploads if u.status == UploadStatus.PENDING),

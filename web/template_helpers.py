@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from flask import Flask
+from markupsafe import Markup
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
 from vidlora.result_health import ResultHealth
@@ -33,6 +34,10 @@ STATUS_HINTS = {
 # Video statuses are a different set: "ready" means probed and accepted, not "waiting".
 VIDEO_LABELS = {VideoStatus.REGISTERED: "received", VideoStatus.PROBING: "checking", VideoStatus.READY: "ready",
                 VideoStatus.REJECTED: "rejected", VideoStatus.FAILED: "failed"}
+# The one status vocabulary: pages render it and pass it to their scripts (data-vocabulary), so
+# a live update never names a status differently from the first render.
+VOCABULARY = {"analysis": {s: [STATUS_LABELS[s], STATUS_HINTS[s]] for s in STATUS_LABELS},
+              "video": {s: [label, ""] for s, label in VIDEO_LABELS.items()}}
 REVIEW_LABELS = {ReviewState.UNREVIEWED: "not reviewed", ReviewState.APPROVED: "approved",
                  ReviewState.REJECTED: "rejected", ReviewState.EDITED: "edited"}
 
@@ -52,8 +57,14 @@ def as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
-def when(value: datetime | None) -> str:
-    return "" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
+def when(value: datetime | None) -> Markup | str:
+    """A moment as <time>: UTC without JavaScript; common.js shows it in the reader's own zone
+    with how long ago it was (the server cannot know the reader's zone)."""
+    if value is None:
+        return ""
+    moment = as_utc(value)
+    return Markup('<time datetime="{}" data-local>{}</time>').format(
+        moment.isoformat(timespec="seconds").replace("+00:00", "Z"), moment.strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def age(value: datetime | None, now: datetime | None = None) -> str:
@@ -156,7 +167,7 @@ def init_app(app: Flask) -> None:
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},
     )
     app.jinja_env.globals.update(
-        STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
+        STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, VOCABULARY=VOCABULARY, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
         canary_summary=canary_summary, describe_sampling=describe_sampling,
     )

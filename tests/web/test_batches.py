@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import json
+import re
+
 from vidlora.db import session_scope
-from vidlora.models import Batch, BatchItem
+from vidlora.models import Batch, BatchItem, FrameSet
 
 
 def test_batch_list(logged_in_client, factory):
@@ -11,6 +14,15 @@ def test_batch_list(logged_in_client, factory):
     html = page.get_data(as_text=True)
     assert f'data-batch-id="{made.batch_id}"' in html and "List me" in html
     assert "1 done · 1 to go, of 2" in html
+    row = html.split(f'data-batch-id="{made.batch_id}"')[1].split("</tr>")[0]
+    assert "Artifact identification, Tomb structure analysis" in row  # titles, not names
+    assert _segments(row) == {"done": ("1", "50.000"), "failed": ("0", "0.000"), "rejected": ("0", "0.000")}
+
+
+def _segments(html: str) -> dict[str, tuple[str, str]]:
+    """The outcome bar's segments: status -> (count, width in percent)."""
+    return {m[0]: (m[1], m[2]) for m in re.findall(
+        r'data-segment="(\w+)" data-count="(\d+)" x="[\d.]+" y="0" width="([\d.]+)"', html)}
 
 
 def test_a_batch_whose_work_was_refused_never_reads_as_fine(logged_in_client, factory):
@@ -73,6 +85,16 @@ def test_batch_detail_shows_each_cell(logged_in_client, factory):
     assert "broken.mp4" in html and "no video stream" in html
     assert "notes.txt" in html and "skipped: not a video" in html
     assert f'data-status-url="/batches/{made.batch_id}/status.json"' in html
+    # Issue 19: titles for columns; a done cell opens its result; the bar counts what failed.
+    assert '<th data-scenario="tomb_structure" title="tomb_structure">Tomb structure analysis</th>' in html
+    rid = made.result_ids["artifact_identification"]
+    cell = html.split(f'data-testid="cell-{vid}-artifact_identification"')[1].split("</td>")[0]
+    assert f'<a href="/review/results/{rid}" data-testid="result-link">' in cell
+    assert "result-link" not in html.split(f'data-testid="cell-{vid}-murals_inscriptions"')[1].split("</td>")[0]
+    assert _segments(html) == {"done": ("1", "33.333"), "failed": ("1", "33.333"), "rejected": ("0", "0.000")}
+    # The page's script names statuses from the same table as the first render.
+    vocabulary = json.loads(html.split("data-vocabulary='")[1].split("'")[0])
+    assert vocabulary["analysis"]["ready"][0] == "queued" and vocabulary["video"]["probing"][0] == "checking"
 
 
 def test_status_json(logged_in_client, factory):
@@ -84,6 +106,18 @@ def test_status_json(logged_in_client, factory):
     assert video["thumb_url"] == f"/videos/{made.video_id}/thumbnail.jpg"
     assert {a["scenario"]: a["status"] for a in video["analyses"]} == {
         "artifact_identification": "done", "tomb_structure": "running"}
+    assert {a["scenario"]: a["result_url"] for a in video["analyses"]} == {
+        "artifact_identification": f"/review/results/{made.result_ids['artifact_identification']}", "tomb_structure": None}
+    assert data["titles"] == {"artifact_identification": "Artifact identification", "tomb_structure": "Tomb structure analysis"}
+
+
+def test_a_video_without_frames_shows_a_placeholder_not_a_broken_image(logged_in_client, factory):
+    made = factory.batch({"artifact_identification": None}, statuses={"artifact_identification": "pending"})
+    with session_scope() as session:
+        session.get(FrameSet, made.frame_set_id).status = "pending"
+    assert logged_in_client.get(f"/batches/{made.batch_id}/status.json").json["videos"][0]["thumb_url"] is None
+    html = logged_in_client.get(f"/batches/{made.batch_id}").get_data(as_text=True)
+    assert 'data-testid="thumb-placeholder"' in html and f"/videos/{made.video_id}/thumbnail.jpg" not in html
 
 
 def test_finished_batch(logged_in_client, factory):
@@ -113,3 +147,34 @@ def test_the_batch_page_says_finished_with_problems(logged_in_client, factory):
     assert "Finished with problems" in html and "1 not analysable, of 1" in html
     data = logged_in_client.get(f"/batches/{made.batch_id}/status.json").json
     assert data["outcome"] == "1 not analysable, of 1" and data["problems"] == 1
+
+
+def test_a_re_upload_says_which_earlier_batch_its_results_come_from(logged_in_client, factory):
+    """The same content uploaded again reuses the earlier analysis (vidlora.batches) and the
+    new batch's page says so, linking the batch that did the work."""
+    from pathlib import Path
+
+    from vidlora.batches import record_member
+    from vidlora.config import get_settings
+    from vidlora.ingest.store import StoredFile
+    from vidlora.models import Video
+
+    first = factory.batch()
+    media_root = Path(get_settings().media_root)
+    with session_scope() as session:
+        video = session.get(Video, first.video_id)
+        again = Batch(name="again", source="web", scenario_names=["artifact_identification"], status="ingested")
+        session.add(again)
+        session.flush()
+        stored = StoredFile(video.sha256, media_root / video.path, video.size_bytes, existed=True)
+        assert record_member(session, again.id, "copy of trench.mp4", "stored", None, stored, media_root)[0] == video.id
+        again_id = again.id
+    data = logged_in_client.get(f"/batches/{again_id}/status.json").json
+    [analysis] = data["videos"][0]["analyses"]
+    assert analysis["reused_from"] == first.batch_id and analysis["reused_url"] == f"/batches/{first.batch_id}"
+    assert data["reused"] == {str(first.batch_id): 1}
+    html = logged_in_client.get(f"/batches/{again_id}").get_data(as_text=True)
+    assert 'data-testid="reused-notice"' in html and f'<a href="/batches/{first.batch_id}">batch {first.batch_id}</a>' in html
+    assert 'data-testid="reused-from"' in html
+    # the first batch's own page does not call its work reused
+    assert "reused-notice" not in logged_in_client.get(f"/batches/{first.batch_id}").get_data(as_text=True)

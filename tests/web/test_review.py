@@ -27,6 +27,20 @@ def test_review_page(logged_in_client, factory):
     assert "A bronze fibula with incised decoration." in html
 
 
+def test_review_page_shows_the_video_and_the_frames_this_result_saw(logged_in_client, factory):
+    made = factory.batch()
+    rid = made.result_ids["artifact_identification"]
+    html = logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
+    assert f'src="/videos/{made.video_id}/file"' in html and 'id="player"' in html
+    assert f'data-frame-set-id="{made.frame_set_id}"' in html
+    # four frames over 12.5 s, each a seek target at its own time, captioned with it
+    for i, t in enumerate([0.0, 3.12, 6.25, 9.38]):
+        assert f'href="/videos/frames/{made.frame_set_id}/{i}.jpg" data-time="{t}"' in html
+    assert "<figcaption>0:06.2" in html or "<figcaption>0:06.3" in html
+    assert logged_in_client.get(f"/videos/frames/{made.frame_set_id}/3.jpg").status_code == 200
+    assert "video.js" in html
+
+
 def test_review_queue_redirects_to_unreviewed(logged_in_client, database):
     response = logged_in_client.get("/review/")
     assert response.status_code == 302

@@ -86,5 +86,10 @@ def view_dict(view: BatchView) -> dict:
     data["uploads_pending"] = view.uploads_pending
     for video in data["videos"]:
         video["url"] = url_for("videos.detail", video_id=video["id"])
-        video["thumb_url"] = url_for("videos.thumbnail", video_id=video["id"])
+        video["thumb_url"] = url_for("videos.thumbnail", video_id=video["id"]) if video["has_frames"] else None
+        for analysis in video["analyses"]:
+            rid = analysis["result_id"]
+            analysis["result_url"] = url_for("review.result", result_id=rid) if rid is not None else None
+            earlier = analysis["reused_from"]
+            analysis["reused_url"] = url_for("batches.detail", batch_id=earlier) if earlier else None
     return data

@@ -3,7 +3,7 @@ from __future__ import annotations
 from flask import abort, current_app, jsonify, render_template, request
 from sqlalchemy import func, select
 
-from vidlora.models import Batch
+from vidlora.models import Batch, Scenario
 from vidlora.status import batch_view
 from web.batches import bp
 from web.batches.progress import summarise, view_dict
@@ -20,9 +20,11 @@ def index():
     batches = session.scalars(
         select(Batch).order_by(Batch.id.desc()).offset((page - 1) * size).limit(size)
     ).all()
+    names = {n for b in batches for n in b.scenario_names}
+    titles = dict(session.execute(select(Scenario.name, Scenario.title).where(Scenario.name.in_(names))).all())
     return render_template(
         "batches/index.html", batches=batches, summaries=summarise(session, list(batches)),
-        page=Page(page, size, total),
+        page=Page(page, size, total), titles=titles,
     )
 
 

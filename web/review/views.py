@@ -6,7 +6,7 @@ from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy.orm import selectinload
 
-from vidlora.lifecycle import AnalysisStatus, ReviewState
+from vidlora.lifecycle import AnalysisStatus, FrameSetStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
 from vidlora.results.fields import changes, final_value, in_schema_order
 from vidlora.results.query import FilterError, ResultFilters, neighbours, parse_filters
@@ -16,6 +16,7 @@ from web.review.actions import ReviewError, apply_review, current_text, history,
 from web.review.diff import word_diff
 from web.review.schema_form import FormError, as_posted, form_tree, read_form
 from web.security import safe_next
+from web.videos.media import media_file
 
 DONE_MESSAGES = {"approve": "Approved.", "reject": "Rejected.", "edit": "Edit saved.", "note": "Note added."}
 
@@ -25,7 +26,8 @@ def _result_or_404(result_id: int) -> Result:
         Result, result_id,
         options=[selectinload(Result.reviews).selectinload(Review.user),
                  selectinload(Result.analysis).selectinload(Analysis.video),
-                 selectinload(Result.analysis).selectinload(Analysis.scenario)],
+                 selectinload(Result.analysis).selectinload(Analysis.scenario),
+                 selectinload(Result.analysis).selectinload(Analysis.frame_set)],
     )
     if result is None:
         abort(404, f"There is no result {result_id}.")
@@ -75,8 +77,11 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
         diff = None
         field_diff = changes(result.parsed, result.edited_parsed) if result.edited_parsed is not None else None
         form = form_tree(schema, final_value(result) if draft is None else draft)
+    analysis = result.analysis
+    frame_set = analysis.frame_set if analysis.frame_set and analysis.frame_set.status == FrameSetStatus.DONE else None
     return render_template(
-        "review/result.html", result=result, analysis=result.analysis, video=result.analysis.video,
+        "review/result.html", frame_set=frame_set, playable=media_file(analysis.video.path) is not None,
+        result=result, analysis=result.analysis, video=result.analysis.video,
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
         answer=in_schema_order(final_value(result), schema), error=error, around=around, queue_args=queue_args,
         draft=current_text(result) if draft is None or schema is not None else draft, note=note,

@@ -5,28 +5,32 @@
   var root = document.getElementById("batch");
   if (!root || root.dataset.finished === "true") return;
   var url = root.dataset.statusUrl, every = parseInt(root.dataset.pollMs, 10) || 2000;
-  var final = {done: 1, failed: 1, rejected: 1};
+  var words = V.vocabulary(root);
 
-  var videoLabels = {registered: "received", probing: "checking"};
   function badge(status, reason, isVideo) {
+    var w = words(isVideo ? "video" : "analysis", status);
     return V.el("span", {"class": "status status-" + status, "data-status": status,
-                         title: reason || (isVideo ? "" : V.statusHint[status] || ""),
-                         text: isVideo ? (videoLabels[status] || status) : V.statusLabel(status)});
+                         title: reason || w[1], text: w[0]});
+  }
+  function thumb(video) {
+    return video.thumb_url ? V.el("img", {"class": "thumb", alt: "", loading: "lazy", src: video.thumb_url})
+                           : V.el("span", {"class": "thumb placeholder", "data-testid": "thumb-placeholder", title: "No frames yet"});
   }
   function row(video, scenarios) {
     var by = {};
     video.analyses.forEach(function (a) { by[a.scenario] = a; });
-    var link = V.el("a", {href: video.url}, [
-      V.el("img", {"class": "thumb", alt: "", loading: "lazy", src: video.thumb_url}),
-      V.el("span", {text: video.name})
-    ]);
+    var link = V.el("a", {href: video.url}, [thumb(video), V.el("span", {text: video.name})]);
     var cells = [V.el("td", {"class": "video-cell"}, [link]),
                  V.el("td", {}, [badge(video.status, video.reason, true),
                                  video.reason ? V.el("div", {"class": "reason", text: video.reason}) : null])];
     scenarios.forEach(function (s) {
       var a = by[s];
-      var kids = a ? [badge(a.status, a.reason),
-                      a.reason && (a.status === "failed" || a.status === "rejected") ? V.el("div", {"class": "reason", text: a.reason}) : null]
+      var shown = a && a.result_url ? V.el("a", {href: a.result_url, "data-testid": "result-link"}, [badge(a.status, a.reason)])
+                                    : a ? badge(a.status, a.reason) : null;
+      var kids = a ? [shown,
+                      a.reason && (a.status === "failed" || a.status === "rejected") ? V.el("div", {"class": "reason", text: a.reason}) : null,
+                      a.reused_from ? V.el("div", {"class": "muted reused", "data-testid": "reused-from"}, [
+                        document.createTextNode("reused from "), V.el("a", {href: a.reused_url, text: "batch " + a.reused_from})]) : null]
                    : [V.el("span", {"class": "muted", text: "–"})];
       cells.push(V.el("td", {"class": "cell", "data-testid": "cell-" + video.id + "-" + s,
                              "data-scenario": s, "data-status": a ? a.status : "none"}, kids));
@@ -42,20 +46,13 @@
       var fresh = row(v, data.scenarios), prev = old[String(v.id)];
       // Keep the old thumbnail element when it already loaded, so pictures do not flicker.
       if (prev) {
-        var img = prev.querySelector("img.thumb");
-        if (img && img.naturalWidth) fresh.querySelector("img.thumb").replaceWith(img);
+        var img = prev.querySelector("img.thumb"), slot = fresh.querySelector("img.thumb");
+        if (img && slot && img.naturalWidth) slot.replaceWith(img);
       }
       rows.appendChild(fresh);
     });
     document.getElementById("no-videos").hidden = data.videos.length > 0;
-    var counts = data.counts, total = 0, finished = 0;
-    Object.keys(counts).forEach(function (k) {
-      total += counts[k];
-      if (final[k]) finished += counts[k];
-    });
-    var bar = document.getElementById("batch-bar");
-    bar.max = Math.max(total, 1);
-    bar.value = finished;
+    V.outcomeBar(document.getElementById("batch-bar"), data.counts);
     document.getElementById("batch-counts").textContent = data.outcome;
     var state = document.getElementById("batch-state");
     state.dataset.status = data.finished ? "finished" : data.status;

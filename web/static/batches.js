@@ -19,9 +19,7 @@
         rows.forEach(function (tr) {
           var s = data[tr.dataset.batchId];
           if (!s) return;
-          var bar = tr.querySelector('[data-role="bar"]');
-          bar.max = Math.max(s.total, 1);
-          bar.value = s.final;
+          window.vidlora.outcomeBar(tr.querySelector('[data-role="bar"]'), s.counts);
           tr.querySelector('[data-role="text"]').textContent = s.text;
           var state = tr.querySelector('[data-role="state"]');
           state.dataset.status = s.finished ? "finished" : s.status;
