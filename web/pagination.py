@@ -8,6 +8,7 @@ from flask import request
 
 
 MAX_PAGE = 1_000_000  # far past any real listing; keeps OFFSET inside PostgreSQL's bigint
+PAGE_SIZES = (20, 50, 100, 200)
 
 
 def page_number(arg: str = "page") -> int:
@@ -15,6 +16,15 @@ def page_number(arg: str = "page") -> int:
         return min(MAX_PAGE, max(1, int(request.args.get(arg, 1))))
     except ValueError:
         return 1
+
+
+def page_size(default: int, arg: str = "per_page") -> int:
+    """The reader's page size when it is one offered, else the default."""
+    try:
+        size = int(request.args.get(arg, default))
+    except ValueError:
+        return default
+    return size if size in PAGE_SIZES or size == default else default
 
 
 @dataclass
@@ -48,3 +58,7 @@ class Page:
         args = request.args.to_dict(flat=False)
         args["page"] = [str(number)]
         return args
+
+    def kept_args(self) -> list[tuple[str, str]]:
+        """The current query string without the page number: hidden fields of a jump form."""
+        return [(k, v) for k, values in request.args.lists() if k != "page" for v in values]

@@ -200,3 +200,74 @@ def test_items_and_parquet_downloads(logged_in_client, database):
     assert parquet.status_code == 200 and parquet.headers["Content-Disposition"].endswith(".parquet")
     table = pq.read_table(io.BytesIO(parquet.data))
     assert sorted(r["fields"]["finds"][0]["material"] for r in table.to_pylist()) == ["bronze", "bronze", "jade"]
+
+
+def test_search_finds_file_and_batch_names_and_word_beginnings(logged_in_client, factory):
+    """Issue 19: the search box finds a result by its video's file name or its batch's name,
+    and words match as prefixes."""
+    word = _word()
+    by_file = factory.batch({"artifact_identification": "plain"}, video_name=f"{word}-trench.mp4")
+    by_batch = factory.batch({"artifact_identification": "plain"}, name=f"Season {word}")
+    by_text = factory.batch({"artifact_identification": f"an amphora{word}s by the wall"})
+
+    def found(q: str) -> set[int]:
+        html = logged_in_client.get("/results/", query_string={"q": q}).get_data(as_text=True)
+        return {int(i) for i in re.findall(r'data-analysis-id="(\d+)"', html)}
+
+    ids = lambda *made: {m.analysis_ids["artifact_identification"] for m in made}  # noqa: E731
+    assert found(word) == ids(by_file, by_batch)
+    assert found(f"{word}-trench") == ids(by_file)
+    assert found(f"Season {word}") == ids(by_batch)
+    assert found(f"amphora{word[:6]}") == ids(by_text)  # a word's beginning finds the text
+    assert found(f"amphora{word[:6]} -wall") == set()  # web-search exclusion still works
+
+
+def test_sort_page_size_and_jump(logged_in_client, factory):
+    made = [factory.batch({"artifact_identification": "x"}, video_name=f"{name}.mp4", name=f"sort-{_word()}")
+            for name in ("bravo", "alpha", "charlie")]
+    batch_ids = [m.batch_id for m in made]
+    ids = [m.analysis_ids["artifact_identification"] for m in made]
+
+    def order(**args) -> list[int]:
+        rows = []
+        for b in batch_ids:
+            html = logged_in_client.get("/results/", query_string={"batch": b, **args}).get_data(as_text=True)
+            rows += [int(i) for i in re.findall(r'data-analysis-id="(\d+)"', html)]
+        return rows
+
+    assert order() == ids  # one per batch: the sort key must come from the whole list, see below
+    everything = lambda sort: [int(i) for i in re.findall(  # noqa: E731
+        r'data-analysis-id="(\d+)"', logged_in_client.get("/results/", query_string={
+            "q": "sort-", "sort": sort, "per_page": 200}).get_data(as_text=True)) if int(i) in ids]
+    assert everything("newest") == sorted(ids, reverse=True)
+    assert everything("oldest") == sorted(ids)
+    assert everything("name") == [ids[1], ids[0], ids[2]]  # alpha, bravo, charlie
+    assert logged_in_client.get("/results/?sort=size").status_code == 400
+
+
+
+def test_pages_first_last_and_jump_keep_the_filter(logged_in_client, factory, app, monkeypatch):
+    tag = _word()
+    ids = sorted(factory.batch({"artifact_identification": "x"}, video_name=f"{n}-{tag}.mp4")
+                 .analysis_ids["artifact_identification"] for n in "abc")
+    monkeypatch.setitem(app.config, "PAGE_SIZE", 1)
+    page = lambda **a: logged_in_client.get("/results/", query_string={"q": tag, **a}).get_data(as_text=True)  # noqa: E731
+    html = page(page=2)
+    assert re.findall(r'data-analysis-id="(\d+)"', html) == [str(ids[1])]
+    assert f'href="/results/?q={tag}&amp;page=1" data-testid="page-first"' in html
+    assert f'href="/results/?q={tag}&amp;page=3" data-testid="page-last"' in html
+    jump = html.split('data-testid="page-jump"')[1].split("</form>")[0]
+    assert f'<input type="hidden" name="q" value="{tag}">' in jump and 'name="page" value="2" min="1" max="3"' in jump
+    # an offered page size is the reader's choice; one not offered falls back to the default
+    assert page(per_page=20).count("data-analysis-id=") == 3
+    assert page(per_page=100000).count("data-analysis-id=") == 1
+
+
+def test_review_queue_follows_the_lists_sort(logged_in_client, factory):
+    tag = _word()
+    made = [factory.batch({"artifact_identification": "x"}, video_name=f"{n}-{tag}.mp4") for n in ("b", "a", "c")]
+    rids = [m.result_ids["artifact_identification"] for m in made]
+    html = logged_in_client.get(f"/review/results/{rids[1]}",
+                                query_string={"queue": "1", "q": tag, "sort": "name"}).get_data(as_text=True)
+    assert 'data-testid="queue-position">1 of 3' in html
+    assert f'/review/results/{rids[0]}?' in html.split('data-testid="queue-next"')[0].rsplit("<a", 1)[1]

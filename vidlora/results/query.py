@@ -2,9 +2,12 @@
 ``vidlora results``), and the facet counts beside it.
 
 Rows are analyses, with their result when there is one, so "failed" or "running" work can be
-listed too. Full-text search on PostgreSQL uses exactly the expression of the GIN index
-``ix_result_fts``, so the planner can use it; SQLite falls back to a substring match. Field
-conditions (``vidlora.results.conditions``) run on the indexed ``result_field`` rows.
+listed too. The search box finds a result by its text, its video's file name, or the name of a
+batch (or archive member) the video came in. Text search on PostgreSQL is web-search syntax
+(``"red slip" -modern``, ``or``) with every word a prefix (``amph`` finds amphora), on exactly
+the expression of the GIN index ``ix_result_fts`` so the planner can use it; SQLite falls back
+to a substring match. Field conditions (``vidlora.results.conditions``) run on the indexed
+``result_field`` rows.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import operator
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, literal_column, select
+import re
+
+from sqlalchemy import ColumnElement, Select, Text, and_, cast, exists, false, func, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
-from vidlora.models import Analysis, BatchItem, Result, ResultField, Scenario, Video
+from vidlora.models import Analysis, Batch, BatchItem, Result, ResultField, Scenario, Video
 from vidlora.results.conditions import Condition, ConditionError, parse_conditions
 from vidlora.results.fields import FieldSpec, schema_fields
 
@@ -39,10 +44,11 @@ class ResultFilters:
     date_to: date | None = None
     q: str = ""
     where: tuple[str, ...] = field(default=())  # field conditions, as typed
+    sort: str = ""  # a key of SORTS; "" is relevance when searching, else newest first
 
     @property
     def active(self) -> bool:
-        return any(v not in ("", None, ()) for v in asdict(self).values())
+        return any(v not in ("", None, ()) for k, v in asdict(self).items() if k != "sort")
 
     def as_args(self) -> dict[str, str | list[str]]:
         """The filters as query-string arguments (export and facet links carry the same query)."""
@@ -87,8 +93,11 @@ def parse_filters(args) -> ResultFilters:
     where = tuple(w.strip() for w in ([raw_where] if isinstance(raw_where, str) else raw_where) if w and w.strip())
     if any(len(w) > MAX_CONDITION_CHARS for w in where):
         raise FilterError(f"A field condition may have at most {MAX_CONDITION_CHARS} characters.")
+    sort = get("sort")
+    if sort and sort not in SORTS:
+        raise FilterError(f"Sort must be one of: {', '.join(SORTS)}.")
     filters = ResultFilters(
-        scenario=get("scenario"), review_state=review_state, status=status,
+        sort=sort, scenario=get("scenario"), review_state=review_state, status=status,
         batch=int(batch_raw) if batch_raw else None,
         date_from=_date(get("date_from"), "From"), date_to=_date(get("date_to"), "To"), q=q,
         where=tuple(dict.fromkeys(where)),
@@ -96,6 +105,46 @@ def parse_filters(args) -> ResultFilters:
     if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
         raise FilterError("The 'from' date is after the 'to' date.")
     return filters
+
+
+# Orders a list can be read in, each ending in the analysis id so pages and the review queue's
+# previous/next are stable.
+SORTS = {
+    "newest": (Analysis.id.desc(),),
+    "oldest": (Analysis.id.asc(),),
+    "name": (Video.original_name.asc(), Analysis.id.desc()),
+    "scenario": (Scenario.title.asc(), Analysis.id.desc()),
+}
+SORT_LABELS = {"": "best match when searching, else newest", "newest": "newest first", "oldest": "oldest first",
+               "name": "file name", "scenario": "scenario"}
+
+
+def _prefix_tsquery(q: str):
+    """Web-search syntax with every lexeme a prefix: websearch_to_tsquery parses the operators,
+    then each quoted lexeme of its text form gains ``:*`` and is parsed back."""
+    english = literal_column("'english'")
+    parsed = cast(func.websearch_to_tsquery(english, q), Text)
+    return func.to_tsquery(english, func.regexp_replace(parsed, r"'((?:[^']|'')+)'", r"'\1':*", "g"))
+
+
+def _name_terms(q: str) -> list[str]:
+    """The words a file or batch name must contain: the search's words, without the
+    web-search operators (a "-word" excludes text, it is not a name)."""
+    words = [w.strip('"') for w in re.findall(r'-?"[^"]*"|\S+', q)]
+    return [w for w in words if w and not w.startswith("-") and w.lower() != "or"]
+
+
+def _names_match(q: str) -> ColumnElement[bool]:
+    """Every search word is in the video's file name, or in a batch's or member's name it came in."""
+    terms = _name_terms(q)
+    if not terms:
+        return false()  # only operators: nothing to match by name
+    return and_(*[
+        or_(_contains(Video.original_name, t),
+            exists().where(BatchItem.video_id == Analysis.video_id, BatchItem.batch_id == Batch.id,
+                           or_(_contains(BatchItem.name, t), _contains(Batch.name, t))))
+        for t in terms
+    ])
 
 
 def _fts_document():
@@ -174,7 +223,7 @@ def build_query(filters: ResultFilters, postgres: bool, conditions: list[Conditi
     )
     # An inner join when only rows with a result can match: with an outer join PostgreSQL
     # cannot push the search condition down to the result table and its GIN index.
-    needs_result = bool(filters.review_state or filters.q or conditions)
+    needs_result = bool(filters.review_state or conditions)
     stmt = stmt.join(Result, Result.analysis_id == Analysis.id, isouter=not needs_result)
     if filters.scenario:
         stmt = stmt.where(Scenario.name == filters.scenario)
@@ -196,11 +245,18 @@ def build_query(filters: ResultFilters, postgres: bool, conditions: list[Conditi
         stmt = stmt.where(_field_clause(conditions))
     if filters.q:
         if postgres:
-            query = func.websearch_to_tsquery(literal_column("'english'"), filters.q)
-            stmt = stmt.where(_fts_document().bool_op("@@")(query))
-            return stmt.order_by(func.ts_rank(_fts_document(), query).desc(), Analysis.id.desc())
-        stmt = stmt.where(_contains(func.coalesce(Result.edited_text, Result.text), filters.q))
-    return stmt.order_by(Analysis.id.desc())
+            query = _prefix_tsquery(filters.q)
+            # The text match as its own subquery on result, so it can use the GIN index
+            # whatever the name matches around it do.
+            text_match = Result.id.in_(select(Result.id).where(_fts_document().bool_op("@@")(query)))
+            stmt = stmt.where(or_(text_match, _names_match(filters.q)))
+            if not filters.sort:
+                rank = func.coalesce(func.ts_rank(_fts_document(), query), 0)
+                return stmt.order_by(rank.desc(), Analysis.id.desc())
+        else:
+            stmt = stmt.where(or_(_contains(func.coalesce(Result.edited_text, Result.text), filters.q),
+                                  _names_match(filters.q)))
+    return stmt.order_by(*SORTS[filters.sort or "newest"])
 
 
 @dataclass(frozen=True)
@@ -248,7 +304,7 @@ def facets(session: Session, filters: ResultFilters) -> list[Facet]:
 
 @dataclass(frozen=True)
 class Neighbours:
-    previous: int | None  # result ids, in the list's order (newest analysis first)
+    previous: int | None  # result ids, in the list's order
     next: int | None
     next_unreviewed: int | None
     position: int  # 1-based, 0 when the result is not in the filter
@@ -257,8 +313,9 @@ class Neighbours:
 
 def neighbours(session: Session, filters: ResultFilters, result_id: int) -> Neighbours:
     """Where a result sits in a filtered list of results: the review queue's moves."""
+    # In the list's own order (its sort, or search rank), so "next" is the row below.
     stmt = (result_query(session, filters).with_only_columns(Result.id, Result.review_state, Analysis.id)
-            .where(Result.id.is_not(None)).order_by(None).order_by(Analysis.id.desc()))
+            .where(Result.id.is_not(None)))
     rows = session.execute(stmt).all()
     ids = [rid for rid, _, _ in rows]
     if result_id not in ids:

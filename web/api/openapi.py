@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vidlora.lifecycle import AnalysisStatus, ReviewAction, ReviewState, values
+from vidlora.results.query import SORTS
 
 
 def _ref(name: str) -> dict:
@@ -40,8 +41,11 @@ RESULT_FILTERS = [
     {"name": "date_to", "in": "query", "schema": {"type": "string", "format": "date"},
      "description": "Analyses created on or before this day (UTC)"},
     {"name": "q", "in": "query", "schema": {"type": "string", "maxLength": 500},
-     "description": "Full-text search in the (edited) result text; web-search syntax: "
-                    "words, \"phrases\", or, -exclude"},
+     "description": "Search: each word matches the (edited) result text as a word beginning, or the "
+                    "video's file name or a batch name it came in; on the text, web-search syntax: "
+                    "\"phrases\", or, -exclude"},
+    {"name": "sort", "in": "query", "schema": {"type": "string", "enum": list(SORTS)},
+     "description": "Order of the list; by default best match when searching, else newest first"},
     {"name": "where", "in": "query", "style": "form", "explode": True,
      "schema": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 300}},
      "description": "Field conditions on a structured scenario's answers (needs scenario), repeatable, all "

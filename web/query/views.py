@@ -10,6 +10,7 @@ from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
 from vidlora.results.export import csv_lines, items_lines, jsonl_lines, write_parquet
 from vidlora.results.query import (
+    SORT_LABELS,
     FilterError,
     ResultFilters,
     count,
@@ -21,7 +22,7 @@ from vidlora.results.query import (
 )
 from web.database import get_db
 from web.errors import render_error
-from web.pagination import Page, page_number
+from web.pagination import PAGE_SIZES, Page, page_number, page_size
 from web.query import bp
 
 
@@ -34,7 +35,7 @@ def index():
         stmt = result_query(session, filters)
     except FilterError as exc:
         error, filters, stmt = str(exc), ResultFilters(), None
-    size = current_app.config["PAGE_SIZE"]
+    size = page_size(current_app.config["PAGE_SIZE"])
     number = page_number()
     rows, total, facet_list = [], 0, []
     if stmt is not None:
@@ -47,7 +48,7 @@ def index():
         "query/index.html", filters=filters, rows=rows, page=Page(number, size, total), error=error,
         scenarios=scenario_choices(session), batches=batches, statuses=values(AnalysisStatus),
         review_states=values(ReviewState), facets=facet_list, fields=fields,
-        has_items=any(f.array for f in fields),
+        has_items=any(f.array for f in fields), sort_labels=SORT_LABELS, page_sizes=PAGE_SIZES, per_page=size,
     ), (400 if error else 200)
 
 
