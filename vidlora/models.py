@@ -244,6 +244,7 @@ class Analysis(Base):
 
     video: Mapped[Video] = relationship(back_populates="analyses")
     scenario: Mapped[Scenario] = relationship()
+    batch: Mapped[Batch | None] = relationship()
     frame_set: Mapped[FrameSet | None] = relationship()
     result: Mapped[Result | None] = relationship(back_populates="analysis", uselist=False)
 

@@ -121,6 +121,25 @@ def test_csv_export(logged_in_client, factory):
     assert by_scenario["tomb_structure"]["status"] == "running" and by_scenario["tomb_structure"]["text"] == ""
 
 
+def test_export_carries_the_review_the_batch_the_video_and_health_as_columns(logged_in_client, factory, reviewer):
+    """Issue 19: an export is a catalogue someone can audit without the database."""
+    made = factory.batch({"artifact_identification": "A fibula."}, name="Trench 9", video_name="t9.mp4")
+    rid = made.result_ids["artifact_identification"]
+    logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "text": "A bronze fibula.", "note": "checked the register"})
+    body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
+    [row] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
+    assert row["reviewed_by"] == reviewer and row["reviewed_at"] and row["review_note"] == "checked the register"
+    assert row["final_text"] == "A bronze fibula." and row["text"] == "A fibula." and row["review_state"] == "edited"
+    assert (row["batch_id"], row["batch_name"]) == (str(made.batch_id), "Trench 9")
+    assert (row["video_name"], row["video_duration_s"], row["video_width"], row["video_codec"]) == ("t9.mp4", "12.5", "64", "h264")
+    assert len(row["video_sha256"]) == 64
+    assert (row["health_verdict"], row["health_ok"], row["health_schema_ok"], row["health_engine_runs"]) == \
+        ("healthy", "true", "true", "1")
+    jsonl = json.loads(logged_in_client.get(f"/results/export.jsonl?batch={made.batch_id}").get_data(as_text=True))
+    assert jsonl["health_ok"] is True and jsonl["video_width"] == 64 and jsonl["review_note"] == "checked the register"
+
+
 def test_jsonl_export(logged_in_client, factory):
     made = factory.batch({"artifact_identification": XSS, "murals_inscriptions": "An inscription."})
     response = logged_in_client.get(f"/results/export.jsonl?batch={made.batch_id}&status=done")

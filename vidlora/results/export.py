@@ -35,7 +35,7 @@ FIELD_PREFIX = "field."
 
 def with_provenance(stmt: Select) -> Select:
     """Load what a row names besides the answer (frames, reviews) with the rows, not per row."""
-    return stmt.options(selectinload(Analysis.frame_set),
+    return stmt.options(selectinload(Analysis.frame_set), selectinload(Analysis.batch),
                         selectinload(Result.reviews).selectinload(Review.user))
 
 

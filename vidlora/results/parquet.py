@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 from vidlora.results.fields import kind_of, resolve_ref
 from vidlora.results.rows import COLUMNS
 
-INT_COLUMNS = {"analysis_id", "result_id", "video_id", "prompt_tokens", "output_tokens"}
-FLOAT_COLUMNS = {"latency_s"}
+INT_COLUMNS = {"analysis_id", "result_id", "batch_id", "video_id", "video_width", "video_height", "prompt_tokens",
+               "output_tokens", "health_engine_runs"}
+FLOAT_COLUMNS = {"latency_s", "video_duration_s"}
+BOOL_COLUMNS = {"health_ok", "health_schema_ok", "health_isolated_rerun"}
 JSON_COLUMNS = {"engine_versions", "health"}
 
 
@@ -60,6 +62,8 @@ def _column_type(name: str) -> pa.DataType:
         return pa.int64()
     if name in FLOAT_COLUMNS:
         return pa.float64()
+    if name in BOOL_COLUMNS:
+        return pa.bool_()
     if name == "frame_timestamps":
         return pa.list_(pa.float64())
     return pa.string()

@@ -12,12 +12,15 @@ from pathlib import PurePath
 from typing import Any
 
 from vidlora.models import Analysis, Result, Scenario, Video
+from vidlora.result_health import ResultHealth
 from vidlora.results.fields import final_value, in_schema_order
 
 COLUMNS = (
-    "analysis_id", "result_id", "video_id", "video_name", "scenario", "status", "reason",
-    "review_state", "reviewed_by", "reviewed_at", "text", "edited_text", "final_text",
-    "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
+    "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_sha256",
+    "video_duration_s", "video_width", "video_height", "video_codec", "scenario", "status", "reason",
+    "review_state", "reviewed_by", "reviewed_at", "review_note", "text", "edited_text", "final_text",
+    "health_verdict", "health_ok", "health_schema_ok", "health_engine_runs", "health_isolated_rerun",
+    "health_quality", "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
     "adapter_version", "engine_versions", "frame_timestamps", "health", "created_at", "finished_at",
 )
 # Typed JSON only (JSONL, Parquet, the API): the answer as data, final and as the model gave it.
@@ -52,24 +55,47 @@ def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:
     return {k: v for k, v in versions.items() if v is not None}
 
 
+def _health_columns(result: Result | None) -> dict[str, Any]:
+    """The guard's verdict as flat columns a spreadsheet can filter on (the whole record
+    stays in ``health``)."""
+    if result is None:
+        return dict.fromkeys(("health_verdict", "health_ok", "health_schema_ok", "health_engine_runs",
+                              "health_isolated_rerun", "health_quality"))
+    health = ResultHealth.of(result.health)
+    return {"health_verdict": health.summary().value, "health_ok": health.ok, "health_schema_ok": health.schema_ok,
+            "health_engine_runs": health.runs, "health_isolated_rerun": health.isolated_rerun,
+            "health_quality": health.quality}
+
+
 def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: Scenario) -> dict[str, Any]:
     final = None
-    last_review = None
+    last_review = last_note = None
     if result is not None:
         final = result.edited_text if result.edited_text is not None else result.text
         last_review = next((r for r in reversed(result.reviews) if r.action != "note"), None)
+        last_note = next((r.note for r in reversed(result.reviews) if r.note), None)
     frame_set = analysis.frame_set
     return {
         "analysis_id": analysis.id,
         "result_id": result.id if result else None,
+        # the batch that asked for this analysis (a re-upload of the same content reuses it)
+        "batch_id": analysis.batch_id,
+        "batch_name": analysis.batch.name if analysis.batch is not None else None,
         "video_id": video.id,
         "video_name": video.original_name,
+        "video_sha256": video.sha256,
+        "video_duration_s": video.duration_s,
+        "video_width": video.width,
+        "video_height": video.height,
+        "video_codec": video.codec,
         "scenario": scenario.name,
         "status": analysis.status,
         "reason": analysis.reason,
         "review_state": result.review_state if result else None,
         "reviewed_by": (last_review.user.username if last_review and last_review.user else None),
         "reviewed_at": iso_utc(last_review.created_at) if last_review else None,
+        "review_note": last_note,
+        **_health_columns(result),
         "text": result.text if result else None,
         "edited_text": result.edited_text if result else None,
         "final_text": final,
