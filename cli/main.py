@@ -197,10 +197,11 @@ def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> Non
 
 def _register_commands() -> None:
     from cli.results import results_command
-    from web.cli import user_group, web_command
+    from web.cli import token_group, user_group, web_command
 
     main.add_command(results_command)
     main.add_command(user_group)
+    main.add_command(token_group)
     main.add_command(web_command)
 
 

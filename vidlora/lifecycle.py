@@ -64,6 +64,16 @@ class ReviewState(StrEnum):
     EDITED = "edited"
 
 
+class Role(StrEnum):
+    REVIEWER = "reviewer"  # review, upload, export, their own API tokens
+    ADMIN = "admin"  # and accounts: list, deactivate, reset, roles
+
+
+class TokenScope(StrEnum):
+    READ = "read"  # GET only: batches, results, exports
+    REVIEW = "review"  # read, plus submitting batches and reviews
+
+
 class ReviewAction(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"

@@ -38,6 +38,8 @@ from vidlora.lifecycle import (
     ItemStatus,
     ReviewAction,
     ReviewState,
+    Role,
+    TokenScope,
     UploadStatus,
     VideoStatus,
     WorkerStatus,
@@ -322,11 +324,13 @@ class Review(Base):
 
 class User(Base):
     __tablename__ = "app_user"
+    __table_args__ = (_status_check("role", Role, "role"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    role: Mapped[str] = mapped_column(String(16), default=Role.REVIEWER, server_default=Role.REVIEWER.value)
     # Part of every signed session cookie: replaced at sign-out and on a password change, so
     # a copied cookie dies with them (cookies are signed, not stored, so nothing else could).
     session_token: Mapped[str] = mapped_column(String(64), default=lambda: secrets.token_hex(16))
@@ -335,6 +339,26 @@ class User(Base):
     failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     locked_until: Mapped[datetime | None] = mapped_column(Timestamp)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class ApiToken(Base):
+    """A script's credential: only its SHA-256 is stored (the token is 32 random bytes, so a
+    fast hash is enough), shown once at creation; ``prefix`` names it in lists."""
+
+    __tablename__ = "api_token"
+    __table_args__ = (_status_check("scope", TokenScope, "scope"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("app_user.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    prefix: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    revoked_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+    user: Mapped[User] = relationship()
 
 
 class Worker(Base):

@@ -97,6 +97,7 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     errors.init_app(app)
     template_helpers.init_app(app)
 
+    from web.accounts import bp as accounts_bp
     from web.api import bp as api_bp
     from web.auth import bp as auth_bp
     from web.batches import bp as batches_bp
@@ -106,7 +107,7 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     from web.upload import bp as upload_bp
     from web.videos import bp as videos_bp
 
-    for bp in (auth_bp, upload_bp, batches_bp, videos_bp, review_bp, query_bp, scenarios_bp, api_bp):
+    for bp in (auth_bp, upload_bp, batches_bp, videos_bp, review_bp, query_bp, scenarios_bp, accounts_bp, api_bp):
         app.register_blueprint(bp)
     app.add_url_rule("/", endpoint="index", view_func=_index)
     app.add_url_rule("/healthz", endpoint="healthz", view_func=_healthz)

@@ -26,15 +26,17 @@ CSP = (
 )
 
 
-def uses_basic_auth() -> bool:
+def uses_header_credentials() -> bool:
+    """Credentials in the Authorization header (a token or Basic): a browser never adds them
+    to a cross-site request on its own, so such a request needs no CSRF token."""
     auth = request.authorization
-    return auth is not None and auth.type == "basic"
+    return auth is not None and auth.type in ("basic", "bearer")
 
 
 def _csrf_guard() -> None:
     if request.method in SAFE_METHODS or request.routing_exception is not None:
         return  # no view runs for a 404/405: let it answer as such, with its Allow header
-    if request.blueprint == "api" and uses_basic_auth():
+    if request.blueprint == "api" and uses_header_credentials():
         return
     csrf.protect()  # raises CSRFError (403) when the token is missing or wrong
 

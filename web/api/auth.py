@@ -1,18 +1,43 @@
+"""Who is calling the API: an API token (``Authorization: Bearer vl_...``, what scripts should
+use), HTTP Basic (kept for old scripts; throttled like the sign-in form), or the browser's
+session cookie. A token's scope limits the methods it may use."""
+
 from __future__ import annotations
 
 from flask import g, jsonify, request
 from flask_login import current_user
 
+from vidlora.lifecycle import TokenScope
 from web.api import bp
+from web.auth.tokens import token_user
 from web.auth.users import LoginUser, SignInThrottled, authenticate
 from web.database import get_db
 
 PUBLIC_ENDPOINTS = {"api.openapi"}
+READ_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+def _refused(status: int, error: str, detail: str):
+    # Deliberately no WWW-Authenticate header on 401: see web.security.
+    return jsonify(error=error, detail=detail, status=status), status
 
 
 def _unauthorized(detail: str):
-    # Deliberately no WWW-Authenticate header: see web.security.
-    return jsonify(error="Please sign in", detail=detail, status=401), 401
+    return _refused(401, "Please sign in", detail)
+
+
+def _bearer(token: str):
+    db = get_db()
+    found = token_user(db, token)
+    if found is None:
+        return _unauthorized("This API token is unknown, revoked, or its account is deactivated.")
+    user, row = found
+    db.commit()  # last_used_at, whatever the request does next
+    if row.scope == TokenScope.READ and request.method not in READ_METHODS:
+        return _refused(403, "Not allowed with this token", "This token may only read; create one with "
+                        "scope 'review' to submit batches or reviews.")
+    g.api_user = LoginUser.of(user, scope=row.scope)
+    return None
 
 
 @bp.before_request
@@ -22,8 +47,10 @@ def authenticate_request():
     auth = request.authorization
     if auth is not None:
         # With an Authorization header the session cookie is ignored (CSRF is skipped for it).
+        if auth.type == "bearer":
+            return _bearer(auth.token or "")
         if auth.type != "basic":
-            return _unauthorized("Only HTTP Basic credentials are accepted.")
+            return _unauthorized("Send an API token (Authorization: Bearer) or HTTP Basic credentials.")
         try:
             user = authenticate(get_db(), auth.username or "", auth.password or "")
         except SignInThrottled as exc:
@@ -35,9 +62,9 @@ def authenticate_request():
         g.api_user = user
         return None
     if current_user.is_authenticated:
-        g.api_user = LoginUser(current_user.id, current_user.username, current_user.session_token)
+        g.api_user = current_user._get_current_object()
         return None
-    return _unauthorized("Sign in, or send HTTP Basic credentials.")
+    return _unauthorized("Sign in, or send an API token (Authorization: Bearer).")
 
 
 def api_user() -> LoginUser:

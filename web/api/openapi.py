@@ -103,12 +103,18 @@ def openapi_document() -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "vidlora API", "version": "1",
                  "description": "Batch video analysis: start batches, follow progress, query and review "
-                                "results. Authenticate with HTTP Basic (no CSRF token needed), or use the "
-                                "browser session and send the page's CSRF token as X-CSRFToken on writes."},
+                                "results. Scripts authenticate with an API token (created on the web app's "
+                                "API tokens page or with `vidlora token create`): `Authorization: Bearer "
+                                "vl_...`; a token of scope `read` may only GET (403 otherwise), `review` may "
+                                "also submit batches and reviews. HTTP Basic still works (throttled after "
+                                "wrong passwords). Neither needs a CSRF token; the browser session does "
+                                "(send the page's token as X-CSRFToken on writes)."},
         "servers": [{"url": "/api/v1"}],
-        "security": [{"basic": []}, {"session": []}],
+        "security": [{"token": []}, {"basic": []}, {"session": []}],
         "components": {
             "securitySchemes": {
+                "token": {"type": "http", "scheme": "bearer", "bearerFormat": "vidlora API token (vl_...)",
+                          "description": "Scope read: GET only. Scope review: also POST batches and reviews."},
                 "basic": {"type": "http", "scheme": "basic"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "session"},
             },

@@ -14,10 +14,11 @@ import secrets
 from datetime import timedelta
 
 from flask_login import UserMixin
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from vidlora.lifecycle import Role, values
 from vidlora.models import User, utcnow
 from web.extensions import login_manager
 
@@ -40,18 +41,30 @@ class SignInThrottled(Exception):
 
 
 class LoginUser(UserMixin):
-    """What the session knows about a user: plain values, never a live ORM row."""
+    """What the session knows about a user: plain values, never a live ORM row. ``scope`` is
+    set when an API token signed the request in (it limits what the request may do)."""
 
-    def __init__(self, user_id: int, username: str, session_token: str = ""):
+    def __init__(self, user_id: int, username: str, session_token: str = "", role: str = Role.REVIEWER,
+                 scope: str | None = None):
         self.id = user_id
         self.username = username
         self.session_token = session_token
+        self.role = role
+        self.scope = scope
+
+    @classmethod
+    def of(cls, user: User, scope: str | None = None) -> "LoginUser":
+        return cls(user.id, user.username, user.session_token, user.role, scope)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
 
     def get_id(self) -> str:
         return f"{self.id}:{self.session_token}"
 
 
-def create_user(session: Session, username: str, password: str) -> User:
+def create_user(session: Session, username: str, password: str, role: str = Role.REVIEWER) -> User:
     username = username.strip()
     if not username or len(username) > 64:
         raise UserError("a username needs 1 to 64 characters")
@@ -59,21 +72,71 @@ def create_user(session: Session, username: str, password: str) -> User:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
     if session.scalar(select(User.id).where(User.username == username)) is not None:
         raise UserError(f"user {username!r} already exists")
-    user = User(username=username, password_hash=generate_password_hash(password), is_active=True)
+    if role not in values(Role):
+        raise UserError(f"a role is one of: {', '.join(values(Role))}")
+    user = User(username=username, password_hash=generate_password_hash(password), is_active=True, role=role)
     session.add(user)
     session.flush()
     return user
 
 
+def get_user(session: Session, username: str) -> User:
+    user = session.scalar(select(User).where(User.username == username.strip()))
+    if user is None:
+        raise UserError(f"no user {username!r}")
+    return user
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.scalars(select(User).order_by(User.username)))
+
+
 def set_password(session: Session, username: str, password: str) -> None:
     if len(password) < MIN_PASSWORD_CHARS:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
-    user = session.scalar(select(User).where(User.username == username))
-    if user is None:
-        raise UserError(f"no user {username!r}")
+    user = get_user(session, username)
     user.password_hash = generate_password_hash(password)
     user.session_token = secrets.token_hex(16)  # signed-in sessions end with the old password
     user.failed_logins, user.locked_until = 0, None
+
+
+def reset_password(session: Session, username: str) -> str:
+    """A new random password for someone who lost theirs (shown once to the admin, who passes
+    it on); the account's sessions end and its lockout is lifted. Its API tokens stay."""
+    password = secrets.token_urlsafe(12)
+    set_password(session, username, password)
+    return password
+
+
+def _last_admin(session: Session, user: User) -> bool:
+    others = session.scalar(select(func.count(User.id)).where(
+        User.role == Role.ADMIN, User.is_active.is_(True), User.id != user.id)) or 0
+    return user.role == Role.ADMIN and user.is_active and others == 0
+
+
+def set_active(session: Session, username: str, active: bool) -> User:
+    """Deactivate (sessions end, API tokens are revoked: reactivating does not revive them) or
+    reactivate an account. The last active admin cannot be deactivated."""
+    from web.auth.tokens import revoke_all
+
+    user = get_user(session, username)
+    if not active and _last_admin(session, user):
+        raise UserError(f"{user.username} is the last active admin: make someone else admin first")
+    user.is_active = active
+    if not active:
+        user.session_token = secrets.token_hex(16)
+        revoke_all(session, user.id)
+    return user
+
+
+def set_role(session: Session, username: str, role: str) -> User:
+    if role not in values(Role):
+        raise UserError(f"a role is one of: {', '.join(values(Role))}")
+    user = get_user(session, username)
+    if role != Role.ADMIN and _last_admin(session, user):
+        raise UserError(f"{user.username} is the last active admin: make someone else admin first")
+    user.role = role
+    return user
 
 
 def end_sessions(session: Session, user_id: int) -> None:
@@ -103,7 +166,7 @@ def authenticate(session: Session, username: str, password: str) -> LoginUser | 
     if user.failed_logins or user.locked_until is not None:
         user.failed_logins, user.locked_until = 0, None
         session.commit()
-    return LoginUser(user.id, user.username, user.session_token)
+    return LoginUser.of(user)
 
 
 @login_manager.user_loader
@@ -119,7 +182,7 @@ def load_user(cookie_id: str) -> LoginUser | None:
         return None
     if not token or not secrets.compare_digest(token, user.session_token):
         return None  # signed out, or the password changed, since this cookie was issued
-    return LoginUser(user.id, user.username, user.session_token)
+    return LoginUser.of(user)
 
 
 @login_manager.unauthorized_handler
@@ -130,7 +193,7 @@ def unauthorized():
 
     if request.blueprint == "api" or wants_json():
         # No WWW-Authenticate header: browsers must never cache Basic credentials for us.
-        return jsonify(error="Please sign in", detail="Sign in, or send HTTP Basic credentials.",
+        return jsonify(error="Please sign in", detail="Sign in, or send an API token (Authorization: Bearer).",
                        status=401), 401
     flash(login_manager.login_message, login_manager.login_message_category)
     target = request.full_path if request.query_string else request.path
