@@ -61,7 +61,7 @@ def live_server(database, broker) -> Iterator[str]:
     thread.join(timeout=10)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reviewer(database) -> tuple[str, str]:
     """Created the way an administrator does it: `vidlora user create NAME --password-stdin`."""
     done = subprocess.run(
