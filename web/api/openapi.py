@@ -29,22 +29,22 @@ PAGING = [
     {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 1}},
     {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
 ]
-RESULT_FILTERS = [
-    {"name": "scenario", "in": "query", "schema": {"type": "string"}, "description": "Scenario name"},
-    {"name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(values(ReviewState))}},
-    {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(values(AnalysisStatus))},
+RESULT_FILTERS = [  # an empty value is no filter (what a form sends for "any"): allowEmptyValue
+    {"allowEmptyValue": True, "name": "scenario", "in": "query", "schema": {"type": "string"}, "description": "Scenario name"},
+    {"allowEmptyValue": True, "name": "review_state", "in": "query", "schema": {"type": "string", "enum": list(values(ReviewState))}},
+    {"allowEmptyValue": True, "name": "status", "in": "query", "schema": {"type": "string", "enum": list(values(AnalysisStatus))},
      "description": "Analysis status"},
-    {"name": "batch", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+    {"allowEmptyValue": True, "name": "batch", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
      "description": "Videos of this batch"},
-    {"name": "date_from", "in": "query", "schema": {"type": "string", "format": "date"},
+    {"allowEmptyValue": True, "name": "date_from", "in": "query", "schema": {"type": "string", "format": "date"},
      "description": "Analyses created on or after this day (UTC)"},
-    {"name": "date_to", "in": "query", "schema": {"type": "string", "format": "date"},
+    {"allowEmptyValue": True, "name": "date_to", "in": "query", "schema": {"type": "string", "format": "date"},
      "description": "Analyses created on or before this day (UTC)"},
-    {"name": "q", "in": "query", "schema": {"type": "string", "maxLength": 500},
+    {"allowEmptyValue": True, "name": "q", "in": "query", "schema": {"type": "string", "maxLength": 500},
      "description": "Search: each word matches the (edited) result text as a word beginning, or the "
                     "video's file name or a batch name it came in; on the text, web-search syntax: "
                     "\"phrases\", or, -exclude"},
-    {"name": "sort", "in": "query", "schema": {"type": "string", "enum": list(SORTS)},
+    {"allowEmptyValue": True, "name": "sort", "in": "query", "schema": {"type": "string", "enum": list(SORTS)},
      "description": "Order of the list; by default best match when searching, else newest first"},
     {"name": "where", "in": "query", "style": "form", "explode": True,
      "schema": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 300}},
@@ -134,8 +134,9 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "Start a batch: upload videos or one archive, choose scenarios",
                     "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
                         "type": "object", "required": ["files", "scenarios"], "properties": {
-                            "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                            "scenarios": {"type": "array", "items": {"type": "string"}},
+                            "files": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "binary"}},
+                            "scenarios": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                                          "description": "Scenario names (GET /scenarios)"},
                             "name": {"type": "string"}}}}}},
                     "responses": {"201": _json({"type": "object", "properties": {
                         "batch_id": {"type": "integer"}, "url": {"type": "string"}, "page": {"type": "string"}}},
@@ -171,10 +172,11 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["action"], "properties": {
                         "action": {"type": "string", "enum": list(values(ReviewAction))},
-                        "text": {"type": "string", "description": "The corrected text (action edit)"},
-                        "fields": {"type": "object", "description": "A structured result's corrected answer "
-                                   "(action edit): must be valid against the scenario's output schema"},
-                        "note": {"type": "string"}}}}}},
+                        "text": {"type": "string", "nullable": True, "description": "The corrected text (action edit)"},
+                        "fields": {"type": "object", "nullable": True, "description": "A structured result's "
+                                   "corrected answer (action edit): must be valid against the scenario's output "
+                                   "schema"},
+                        "note": {"type": "string", "nullable": True}}}}}},
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
         },
     }

@@ -167,6 +167,8 @@ def review(result_id: int):
     if (text is not None and not isinstance(text, str)) or (note is not None and not isinstance(note, str)):
         raise ReviewError("text and note must be strings.")
     fields = body.get("fields") if request.is_json else None
+    if fields is not None and not isinstance(fields, dict):
+        raise ReviewError("fields must be an object: the corrected answer, valid against the scenario's schema.")
     apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note, fields=fields)
     session.commit()
     return jsonify(_result_json(result))
