@@ -75,9 +75,27 @@ def _date(value: str, label: str) -> date | None:
         raise FilterError(f"{label} must be a date like 2026-11-30.") from None
 
 
+def _clean_arg(value: str, key: str) -> str:
+    # A NUL can never match (PostgreSQL text cannot hold one) and would fail the query itself.
+    if "\x00" in value:
+        raise FilterError(f"{key} may not contain a NUL character.")
+    return value
+
+
+# Free text: surrounding spaces are not meant. Every other filter must be exactly one of its
+# values (or empty: no filter), so a stray character is an error, not silently "any".
+TEXT_ARGS = {"q", "scenario", "where"}
+
+
 def parse_filters(args) -> ResultFilters:
     """From request.args (or any mapping); raises FilterError with a message for people."""
-    get = lambda key: (args.get(key) or "").strip()  # noqa: E731
+    def get(key: str) -> str:
+        given = args.getlist(key) if hasattr(args, "getlist") else [args.get(key)]
+        if len(given) > 1:
+            raise FilterError(f"{key} may be given once.")
+        value = _clean_arg(given[0] or "" if given else "", key)
+        return value.strip() if key in TEXT_ARGS else value
+
     review_state, status = get("review_state"), get("status")
     if review_state and review_state not in values(ReviewState):
         raise FilterError(f"Review state must be one of: {', '.join(values(ReviewState))}.")
@@ -90,7 +108,8 @@ def parse_filters(args) -> ResultFilters:
     if len(q) > MAX_QUERY_CHARS:
         raise FilterError(f"The search text may have at most {MAX_QUERY_CHARS} characters.")
     raw_where = args.getlist("where") if hasattr(args, "getlist") else args.get("where") or []
-    where = tuple(w.strip() for w in ([raw_where] if isinstance(raw_where, str) else raw_where) if w and w.strip())
+    where = tuple(_clean_arg(w, "where").strip() for w in ([raw_where] if isinstance(raw_where, str) else raw_where)
+                  if w and w.strip())
     if any(len(w) > MAX_CONDITION_CHARS for w in where):
         raise FilterError(f"A field condition may have at most {MAX_CONDITION_CHARS} characters.")
     sort = get("sort")

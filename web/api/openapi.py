@@ -6,6 +6,7 @@ from typing import Any
 
 from vidlora.lifecycle import AnalysisStatus, ReviewAction, ReviewState, values
 from vidlora.results.query import SORTS
+from web.review.actions import MAX_NOTE_CHARS, MAX_TEXT_CHARS
 
 
 def _ref(name: str) -> dict:
@@ -98,7 +99,32 @@ SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "prop
     "reviews": {"type": "array", "items": _ref("Review")}}}]}
 
 
-def openapi_document() -> dict[str, Any]:
+_TEXT = {"type": "string", "nullable": True, "maxLength": MAX_TEXT_CHARS,
+         "description": "Action edit, free-text scenario: the corrected text, different from the current one"}
+_FIELDS = {"type": "object", "nullable": True,
+           "description": "Action edit, structured scenario: the corrected answer, valid against its output schema"}
+
+
+def _review_shape(actions: list[str], note: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "required": ["action", *required], "additionalProperties": False, "properties": {
+        "action": {"type": "string", "enum": actions}, "note": note, "text": _TEXT, "fields": _FIELDS}}
+
+
+# One shape per kind of action, so what each needs is in the document: a note needs its text.
+# What an edit needs depends on the result (its scenario's schema, its current text): a wrong
+# one is a 400 that says why.
+REVIEW_REQUEST = {"oneOf": [
+    _review_shape(["approve", "reject", "edit"], {"type": "string", "nullable": True, "maxLength": MAX_NOTE_CHARS}, []),
+    _review_shape(["note"], {"type": "string", "maxLength": MAX_NOTE_CHARS, "pattern": "\\S"}, ["note"]),
+]}
+
+
+def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
+    """The document; with ``scenario_names`` (the scenarios a batch may ask for now) a batch's
+    scenarios are an enum of them, so a client or fuzzer knows the valid values."""
+    scenario_item: dict[str, Any] = {"type": "string", "minLength": 1}
+    if scenario_names:
+        scenario_item = {"type": "string", "enum": list(scenario_names)}
     return {
         "openapi": "3.0.3",
         "info": {"title": "vidlora API", "version": "1",
@@ -135,7 +161,7 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
                         "type": "object", "required": ["files", "scenarios"], "properties": {
                             "files": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "binary"}},
-                            "scenarios": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                            "scenarios": {"type": "array", "minItems": 1, "items": scenario_item,
                                           "description": "Scenario names (GET /scenarios)"},
                             "name": {"type": "string"}}}}}},
                     "responses": {"201": _json({"type": "object", "properties": {
@@ -155,7 +181,9 @@ def openapi_document() -> dict[str, Any]:
                     **ERRORS}}},
             "/results/facets": {"get": {
                 "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
-                "parameters": RESULT_FILTERS,
+                "parameters": [{**p, "required": True, "allowEmptyValue": False,
+                                "schema": {"type": "string", "minLength": 1}} if p["name"] == "scenario" else p
+                               for p in RESULT_FILTERS],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "filters": {"type": "object"}, "total": {"type": "integer"},
                     "facets": {"type": "array", "items": {"type": "object", "properties": {
@@ -169,14 +197,7 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
             "/results/{result_id}/review": {"post": {
                 "summary": "Approve, reject, edit or annotate a result", "parameters": [ID("result_id")],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["action"], "properties": {
-                        "action": {"type": "string", "enum": list(values(ReviewAction))},
-                        "text": {"type": "string", "nullable": True, "description": "The corrected text (action edit)"},
-                        "fields": {"type": "object", "nullable": True, "description": "A structured result's "
-                                   "corrected answer (action edit): must be valid against the scenario's output "
-                                   "schema"},
-                        "note": {"type": "string", "nullable": True}}}}}},
+                "requestBody": {"required": True, "content": {"application/json": {"schema": REVIEW_REQUEST}}},
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
         },
     }

@@ -55,7 +55,10 @@ def bad_request(exc: ValueError):
 
 @bp.get("/openapi.json")
 def openapi():
-    return jsonify(openapi_document())
+    names = get_db().scalars(select(Scenario.name).where(Scenario.active.is_(True),
+                                                         Scenario.adapter_status != AdapterStatus.REFUSED)
+                             .order_by(Scenario.name)).all()
+    return jsonify(openapi_document(list(names)))
 
 
 @bp.get("/scenarios")
@@ -163,6 +166,9 @@ def review(result_id: int):
     body = request.get_json(silent=True) if request.is_json else request.form
     if not isinstance(body, dict) and not hasattr(body, "get"):
         raise ReviewError("Send a JSON object with action, and text or note where needed.")
+    unknown = sorted(set(body) - {"action", "text", "note", "fields"})
+    if unknown:
+        raise ReviewError(f"Unknown field(s): {', '.join(unknown)}; send action, and text, fields or note.")
     text, note = body.get("text"), body.get("note")
     if (text is not None and not isinstance(text, str)) or (note is not None and not isinstance(note, str)):
         raise ReviewError("text and note must be strings.")
