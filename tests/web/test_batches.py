@@ -92,6 +92,7 @@ def test_batch_detail_shows_each_cell(logged_in_client, factory):
     assert f'<a href="/review/results/{rid}" data-testid="result-link">' in cell
     assert "result-link" not in html.split(f'data-testid="cell-{vid}-murals_inscriptions"')[1].split("</td>")[0]
     assert _segments(html) == {"done": ("1", "33.333"), "failed": ("1", "33.333"), "rejected": ("0", "0.000")}
+    assert 'id="batch-bar" data-testid="batch-bar"' in html  # batch.js redraws it by this id
     # The page's script names statuses from the same table as the first render.
     vocabulary = json.loads(html.split("data-vocabulary='")[1].split("'")[0])
     assert vocabulary["analysis"]["ready"][0] == "queued" and vocabulary["video"]["probing"][0] == "checking"

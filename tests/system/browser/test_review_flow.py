@@ -104,6 +104,10 @@ def test_review_flow(cpu_worker, gpu_worker, live_server, reviewer, browser, scr
         "Array.from(document.querySelectorAll('[data-testid^=cell-]')).map(c => c.dataset.status)")
     assert statuses == ["done"] * n_cells, statuses
     assert first_seen != statuses, "grid was already finished at first paint; nothing was watched live"
+    # The live update redrew the outcome bar and text too, and each done cell opens its result.
+    assert page.get_attribute("[data-testid=batch-bar] rect[data-segment=done]", "data-count") == str(n_cells)
+    assert page.inner_text("[data-testid=batch-counts]").startswith(f"{n_cells} done")
+    assert page.locator("[data-testid^=cell-] a[data-testid=result-link]").count() == n_cells
 
     # 4. The batch's results: one per video x scenario.
     page.click("[data-testid=batch-results-link]")

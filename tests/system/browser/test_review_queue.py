@@ -1,6 +1,7 @@
 """The review queue in a real browser, by keyboard only: ten results of one list are walked
-with j / k, approved with a and rejected with r, one opened for editing with e, until the
-queue says nothing is left; the review page's frame strip seeks its player.
+with j / k, approved with a, rejected with r, one corrected with e ... s (its change shown
+field by field), until the queue says nothing is left; the export carries the verdicts; the
+review page's frame strip seeks its player; a copied session cookie dies at sign-out.
 
 The results are seeded in the database (the pipeline that makes them is proven by
 test_review_flow); the video and frames are real files in the media store. Screenshots go to
@@ -9,9 +10,13 @@ test-artifacts/browser/ (docs/screenshots/ holds copies for the docs).
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -27,8 +32,6 @@ ANSWER = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "con
 @pytest.fixture()
 def ten_results(database, tmp_path):
     """Ten unreviewed structured results; the first one's video and frames are real files."""
-    from pathlib import Path
-
     from vidlora.config import get_settings
     from vidlora.db import session_scope
     from vidlora.models import Analysis
@@ -90,13 +93,17 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
     for index, rid in enumerate(ids):
         page.wait_for_selector(f"[data-testid=approve-{rid}]")
         assert page.inner_text("[data-testid=queue-position]").startswith(f"{index + 1} of 10")
-        if index == 4:  # e puts the cursor in the correction form; keys then type, Escape leaves
+        if index == 4:
+            # e puts the cursor in the correction form (its first field, the site); keys then
+            # type, Escape leaves the field, s saves the edit and the queue moves on.
             page.keyboard.press("e")
-            assert page.evaluate("!!document.activeElement.closest('.schema-form')")
-            page.keyboard.press("a")  # typed into the field, not an approval
+            assert page.evaluate("document.activeElement.name") == "f/site"
+            page.keyboard.type("Trench 4 north")  # "a" and "r" in here are letters, not verdicts
             page.keyboard.press("Escape")
             assert f"/review/results/{rid}?" in page.url
-        page.keyboard.press("a" if index % 2 == 0 else "r")
+            page.keyboard.press("s")
+        else:
+            page.keyboard.press("a" if index % 2 == 0 else "r")
         if index + 1 < len(ids):
             page.wait_for_url(re.compile(rf".*/review/results/{ids[index + 1]}\?.*"))
     page.wait_for_url(re.compile(r".*/results/\?.*"))
@@ -105,6 +112,41 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
 
     with session_scope() as session:
         states = [session.get(Result, rid).review_state for rid in ids]
-    assert states == ["approved", "rejected"] * 5, states
+        edited = session.get(Result, ids[4]).edited_parsed
+    expected = ["approved", "rejected"] * 5
+    expected[4] = "edited"
+    assert states == expected, states
+    assert edited == {**ANSWER, "site": "Trench 4 north"}
+
+    # The edit's page shows the change field by field.
+    page.goto(f"{live_server}/review/results/{ids[4]}")
+    diff = page.locator("[data-testid=field-diff] tbody tr[data-path=site]")
+    assert diff.count() == 1 and "Trench 4 north" in diff.inner_text()
+    page.screenshot(path=str(screenshots / "review-edited.png"))
+
+    # The export carries each verdict, who gave it, and the final answer.
+    with page.expect_download() as info:
+        page.goto(f"{live_server}/results/?scenario={ten_results.scenario}&sort=oldest")
+        page.click("[data-testid=export-csv]")
+    rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8-sig"))))
+    by_id = {int(r["result_id"]): r for r in rows}
+    assert [by_id[rid]["review_state"] for rid in ids] == expected
+    assert {by_id[rid]["reviewed_by"] for rid in ids} == {REVIEWER}
+    assert by_id[ids[4]]["field.site"] == "Trench 4 north" and json.loads(by_id[ids[4]]["field.finds"]) == ANSWER["finds"]
+    assert by_id[ids[4]]["health_verdict"] == "healthy" and by_id[ids[4]]["batch_id"] == str(ten_results.batch_id)
+
+    # A session cookie copied to another browser works until its owner signs out, then never.
+    stolen = browser.new_context()
+    stolen.add_cookies(page.context.cookies())
+    thief = stolen.new_page()
+    thief.goto(f"{live_server}/results/")
+    assert "/auth/login" not in thief.url
+    page.goto(f"{live_server}/results/")
+    page.click("form.signout button")
+    page.wait_for_url(re.compile(r".*/auth/login.*"))
+    thief.goto(f"{live_server}/results/")
+    assert "/auth/login" in thief.url
+    stolen.close()
+
     assert errors == [], errors
     page.close()
