@@ -134,7 +134,7 @@ SORTS = {
     "name": (Video.original_name.asc(), Analysis.id.desc()),
     "scenario": (Scenario.title.asc(), Analysis.id.desc()),
 }
-SORT_LABELS = {"": "best match when searching, else newest", "newest": "newest first", "oldest": "oldest first",
+SORT_LABELS = {"": "best match, or newest", "newest": "newest first", "oldest": "oldest first",
                "name": "file name", "scenario": "scenario"}
 
 

@@ -31,7 +31,7 @@ ANSWER = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "con
 
 @pytest.fixture()
 def ten_results(database, tmp_path):
-    """Ten unreviewed structured results; the first one's video and frames are real files."""
+    """Ten unreviewed structured results with real frame files; the first one's video is a real file."""
     from vidlora.config import get_settings
     from vidlora.db import session_scope
     from vidlora.models import Analysis
@@ -44,13 +44,14 @@ def ten_results(database, tmp_path):
         target = media / analysis.video.path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(clip, target)
-        files = []
-        for i, colour in enumerate(((170, 120, 60), (60, 120, 170))):
-            rel = f"frames/{uuid.uuid4().hex}/{i:04d}.jpg"
-            (media / rel).parent.mkdir(parents=True, exist_ok=True)
-            Image.new("RGB", (96, 54), colour).save(media / rel, "JPEG")
-            files.append(rel)
-        analysis.frame_set.files = files
+        for n, analysis_id in enumerate(seeded.analysis_ids):
+            files = []
+            for i in range(2):
+                rel = f"frames/{uuid.uuid4().hex}/{i:04d}.jpg"
+                (media / rel).parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (96, 54), (40 + 20 * n, 120 - 40 * i, 60 + 40 * i)).save(media / rel, "JPEG")
+                files.append(rel)
+            session.get(Analysis, analysis_id).frame_set.files = files
     return seeded
 
 
@@ -134,6 +135,12 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
     assert {by_id[rid]["reviewed_by"] for rid in ids} == {REVIEWER}
     assert by_id[ids[4]]["field.site"] == "Trench 4 north" and json.loads(by_id[ids[4]]["field.finds"]) == ANSWER["finds"]
     assert by_id[ids[4]]["health_verdict"] == "healthy" and by_id[ids[4]]["batch_id"] == str(ten_results.batch_id)
+
+    page.goto(f"{live_server}/accounts/tokens")
+    page.fill("[data-testid=token-name]", "nightly export")
+    page.click("[data-testid=token-create]")
+    assert page.inner_text("[data-testid=token-value]").startswith("vl_")
+    page.screenshot(path=str(screenshots / "api-tokens.png"))
 
     # A session cookie copied to another browser works until its owner signs out, then never.
     stolen = browser.new_context()
