@@ -87,14 +87,20 @@ def enqueue(paths: tuple[Path, ...], scenarios: tuple[str, ...], name: str | Non
 @main.command()
 @click.argument("batch_id", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(batch_id: int | None, as_json: bool) -> None:
-    """Per-video and per-analysis progress of a batch (default: the latest)."""
+@click.option("--latency", is_flag=True, help="Per scenario: P50/P95 upload-to-result and engine time, target met?")
+@click.option("--window", default="24h", show_default=True, help="With --latency: the window (90m, 24h, 7d).")
+def status(batch_id: int | None, as_json: bool, latency: bool, window: str) -> None:
+    """Per-video and per-analysis progress of a batch (default: the latest), or with
+    --latency each scenario's latency over a window."""
     from sqlalchemy import func, select
 
     from vidlora.db import session_scope
     from vidlora.models import Batch
     from vidlora.status import batch_view
 
+    if latency:
+        _print_latency(window, as_json)
+        return
     with session_scope() as session:
         if batch_id is None:
             batch_id = session.scalar(select(func.max(Batch.id)))
@@ -107,6 +113,28 @@ def status(batch_id: int | None, as_json: bool) -> None:
         click.echo(json.dumps(view.as_dict(), indent=2, default=str))
     else:
         print_batch(view)
+
+
+def _print_latency(window: str, as_json: bool) -> None:
+    from vidlora.db import session_scope
+    from vidlora.latency import parse_window, scenario_latency
+
+    try:
+        span = parse_window(window)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--window") from None
+    with session_scope() as session:
+        rows = scenario_latency(session, span)
+    if as_json:
+        click.echo(json.dumps({"window_s": span.total_seconds(), "scenarios": [r.as_dict() for r in rows]}, indent=2))
+        return
+    seconds = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    click.echo(f"last {window}   results   P50 total   P95 total   P50 engine   P95 engine   target P95")
+    for r in rows:
+        target = "-" if r.target_p95_s is None else f"{r.target_p95_s:.0f} s " + (
+            "met" if r.target_met else "MISSED" if r.target_met is False else "(no data)")
+        click.echo(f"{r.scenario:<28} {r.count:>6} {seconds(r.p50_total_s):>11} {seconds(r.p95_total_s):>11} "
+                   f"{seconds(r.p50_engine_s):>12} {seconds(r.p95_engine_s):>12}   {target}")
 
 
 # -- workers -----------------------------------------------------------------------------

@@ -100,6 +100,7 @@ class Scenario(Base):
     sampling: Mapped[dict[str, Any]] = mapped_column(default=dict)
     generation: Mapped[dict[str, Any]] = mapped_column(default=dict)
     output_schema: Mapped[dict[str, Any] | None] = mapped_column()
+    latency_target_s: Mapped[float | None] = mapped_column(Float)  # P95 upload-to-result target
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)

@@ -58,6 +58,7 @@ class ScenarioSpec:
     sampling: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
+    latency_target_s: float | None = None  # P95 upload-to-result the team expects (slo.p95_seconds)
 
 
 def _resolve_adapter(raw: str | None, adapter_root: Path) -> str | None:
@@ -94,7 +95,14 @@ def _parse_one(entry: dict[str, Any], adapter_root: Path) -> ScenarioSpec:
             where = "/".join(str(p) for p in exc.path) or "(top)"
             raise ScenarioError(f"scenario {name}: output_schema is not a valid JSON Schema at {where}: "
                                 f"{exc.message}") from None
+    slo = entry.get("slo") or {}
+    if not isinstance(slo, dict) or set(slo) - {"p95_seconds"}:
+        raise ScenarioError(f"scenario {name}: slo takes p95_seconds only")
+    target = slo.get("p95_seconds")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0):
+        raise ScenarioError(f"scenario {name}: slo.p95_seconds must be a positive number of seconds")
     return ScenarioSpec(
+        latency_target_s=float(target) if target is not None else None,
         name=name,
         title=str(entry.get("title") or name),
         description=str(entry.get("description") or ""),
@@ -187,6 +195,7 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
         row.sampling = spec.sampling
         row.generation = spec.generation
         row.output_schema = spec.output_schema
+        row.latency_target_s = spec.latency_target_s
         row.active = True
         session.add(row)
     declared = {s.name for s in specs}

@@ -87,3 +87,27 @@ def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any]
             result_ids.append(result.id)
         session.flush()
         return Seeded(name, batch.id, result_ids, analysis_ids)
+
+
+def seed_latencies(session=None, totals=(10, 20, 30, 40, 100), engines=(1, 2, 3, 4, 5), old=None, target=None):
+    """Results whose upload-to-result times are ``totals`` seconds (and, with ``old``, one
+    more that finished that many days ago)."""
+    from contextlib import nullcontext
+    from datetime import timedelta
+
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, Result, Scenario, utcnow
+
+    seeded = seed_structured([{"sealed": True, "finds": []}] * (len(totals) + (old is not None)), session=session)
+    now = utcnow()
+    with (nullcontext(session) if session is not None else session_scope()) as s:
+        for i, analysis_id in enumerate(seeded.analysis_ids):
+            analysis = s.get(Analysis, analysis_id)
+            total, engine = (totals[i], engines[i]) if i < len(totals) else (9999, 99)
+            finished = now - timedelta(days=old if i == len(totals) else 0, seconds=30)
+            analysis.created_at, analysis.finished_at = finished - timedelta(seconds=total), finished
+            s.get(Result, seeded.result_ids[i]).latency_s = engine
+        scenario = s.query(Scenario).filter_by(name=seeded.scenario).one()
+        scenario.latency_target_s = target
+        s.flush()
+    return seeded.scenario

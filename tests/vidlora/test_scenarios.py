@@ -22,6 +22,7 @@ def test_shipped_file_declares_the_three_archaeology_scenarios():
     assert [s.name for s in specs] == ["artifact_identification", "tomb_structure", "murals_inscriptions"]
     assert all(s.adapter_path.startswith("/adapters/") for s in specs)
     assert specs[1].sampling["mode"] == "fps"
+    assert [s.latency_target_s for s in specs] == [900.0] * 3
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -30,6 +31,9 @@ def test_shipped_file_declares_the_three_archaeology_scenarios():
     ({"name": "x", "prompt": "p", "sampling": {"mode": "bogus"}}, "bad sampling policy"),
     ({"name": "x", "prompt": "p", "generation": {"beams": 4}}, "unknown generation keys"),
     ({"name": "x", "prompt": "p", "generation": {"max_tokens": 0}}, "max_tokens"),
+    ({"name": "x", "prompt": "p", "slo": {"p95_seconds": 0}}, "positive number"),
+    ({"name": "x", "prompt": "p", "slo": {"p95_seconds": "fast"}}, "positive number"),
+    ({"name": "x", "prompt": "p", "slo": {"p50_seconds": 5}}, "p95_seconds only"),
 ])
 def test_invalid_entries_are_refused_with_a_clear_message(tmp_path, entry, message):
     with pytest.raises(ScenarioError, match=message):

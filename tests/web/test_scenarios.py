@@ -90,3 +90,14 @@ def test_settings_and_workers_read_as_words(logged_in_client, make_worker):
     row = html.split('data-worker="gpu-words"')[1].split("</tr>")[0]
     assert "vLLM 0.32.0 · torch 2.10.0" in row
     assert 'data-testid="worker-canary">healthy, 2 min ago<' in row and "1796" not in row
+
+
+def test_the_scenarios_page_shows_latency_and_targets(logged_in_client):
+    from tests.support.structured import seed_latencies
+
+    name = seed_latencies(target=60)
+    html = logged_in_client.get("/scenarios/?window=7d").get_data(as_text=True)
+    row = html.split(f'data-scenario="{name}"')[1].split("</tr>")[0]
+    assert 'data-count="5" data-target-met="false"' in row and "missed" in row and "1:28" in row  # P95 88 s
+    assert "Latency, last 7d" in html
+    assert "Latency, last 24h" in logged_in_client.get("/scenarios/?window=forever").get_data(as_text=True)
