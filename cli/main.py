@@ -151,6 +151,9 @@ def worker() -> None:
 @click.option("--loglevel", default="INFO")
 def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
     """Ingest and frame sampling (prefork, hard time limits)."""
+    settings = get_settings()
+    if settings.metrics_port:
+        _multiprocess_metrics_dir(settings.var_dir / f"metrics-cpu-{os.getpid()}")
     from tasks.celery_app import CONTROL_QUEUE, CPU_QUEUE, run_worker
 
     argv = [
@@ -159,12 +162,25 @@ def worker_cpu(concurrency: int, beat: bool, loglevel: str) -> None:
         "--without-gossip", "--without-mingle",
     ]
     if beat:
-        settings = get_settings()
         # Beat's schedule file lives in var_dir; if the directory is missing the embedded beat
         # process dies at start while the worker keeps running, and nothing reconciles.
         settings.var_dir.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", "--schedule", str(settings.var_dir / "celerybeat-schedule")]
+    if settings.metrics_port:
+        from vidlora import metrics
+
+        metrics.serve(settings.metrics_port)  # the sum of every prefork child's metrics
     sys.exit(run_worker(argv))
+
+
+def _multiprocess_metrics_dir(path: Path) -> None:
+    """Prefork children write their metrics here; it must be set before prometheus_client is
+    first imported (it picks its value store then), and start empty (a dead worker's files
+    would be summed in)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
 
 
 @worker.command("gpu")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timezone
 from pathlib import Path
 
 import jsonschema
@@ -19,6 +20,7 @@ from sqlalchemy import select
 
 from tasks import messages
 from tasks.base import TRANSIENT_ERRORS, VidloraTask
+from vidlora import metrics
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
@@ -111,6 +113,21 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
         analysis = session.get(Analysis, int(output.request_key))
         if analysis is None or analysis.status != AnalysisStatus.RUNNING:
             return
+        _stored(session, analysis, output, identity)
+        done = analysis.status == AnalysisStatus.DONE
+        seen = (analysis.scenario.name, analysis.status,
+                _seconds_between(analysis.created_at, analysis.finished_at) if done else None,
+                output.latency_s if done else None, output.prompt_tokens or 0, output.output_tokens or 0)
+    metrics.observe_result(*seen, health=output.health)  # once committed
+
+
+def _seconds_between(start, end) -> float:
+    # SQLite hands back naive datetimes; they are UTC like everything vidlora writes.
+    as_utc = lambda t: t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)  # noqa: E731
+    return (as_utc(end) - as_utc(start)).total_seconds()
+
+
+def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict) -> None:
         analysis.finished_at = utcnow()
         analysis.engine = identity
         analysis.adapter_version = analysis.scenario.adapter_version

@@ -57,6 +57,7 @@ def run(loglevel: str = "INFO") -> int:
     heartbeat = registry.Heartbeat(name, queue, snapshot, settings.heartbeat_s)
     heartbeat.start()
     runtime.on_batch(heartbeat.beat)
+    _serve_metrics(host, settings.metrics_port)
     try:
         return run_worker([
             "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
@@ -65,3 +66,22 @@ def run(loglevel: str = "INFO") -> int:
         ])
     finally:
         heartbeat.stop()
+
+
+def _serve_metrics(host, port: int) -> None:
+    """Registrations now; slot loads and memory after every batch; the rest as results are
+    stored (tasks.analyze)."""
+    from vidlora import metrics
+
+    for verdict in host.registrations().values():
+        metrics.ADAPTER_REGISTRATIONS.labels(str(verdict.get("status", "unknown"))).inc()
+    seen = {"loads": host.adapter_loads}
+
+    def after_batch() -> None:
+        metrics.ADAPTER_LOADS.inc(max(0, host.adapter_loads - seen["loads"]))
+        seen["loads"] = host.adapter_loads
+        metrics.record_engine_memory()
+
+    metrics.record_engine_memory()
+    runtime.on_batch(after_batch)
+    metrics.serve(port)

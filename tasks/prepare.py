@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from tasks import messages
 from tasks.base import VidloraTask
+from vidlora import metrics
 from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
@@ -178,10 +179,11 @@ def prepare_video(self: VidloraTask, video_id: int) -> int:
         # video with nothing left to do, is dropped without counting an attempt.
         if not mine or not _has_work(video_id):
             return 0
-        info, rel, table = _probe_step(self, video_id)
-        if info is None:
+        with metrics.decode_cpu():  # probe and sampling, decoder subprocesses included
+            info, rel, table = _probe_step(self, video_id)
+            ready = _frames_step(video_id, info, rel, table) if info is not None else None
+        if ready is None:
             return 0
-        ready = _frames_step(video_id, info, rel, table)
     if ready:
         messages.dispatch_ready()
     return len(ready)

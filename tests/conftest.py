@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.env import PG_ADMIN_URL, REDIS_URL, ROOT
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, free_port
 
 
 _RUN_DIR = Path(tempfile.mkdtemp(prefix="vidlora-test-"))
@@ -132,7 +132,11 @@ def start_worker(database, broker, artifacts_dir) -> Iterator[Callable[..., Work
     started: list[WorkerProcess] = []
 
     def start(kind: str, *args: str, extra_env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(kind, artifacts_dir / f"worker-{kind}-{len(started)}.log", extra_env, args)
+        # Every worker serves its metrics, as in production: tests scrape what it counted.
+        port = free_port()
+        worker = WorkerProcess(kind, artifacts_dir / f"worker-{kind}-{len(started)}.log",
+                               {"VIDLORA_METRICS_PORT": str(port), **(extra_env or {})}, args)
+        worker.metrics_url = f"http://127.0.0.1:{port}/metrics"
         started.append(worker)
         return worker
 

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     dispatch_max_wait_s: float = 5.0
     worker_name: str = ""  # default: hostname-pid
     heartbeat_s: float = 15.0
+    # -- metrics (vidlora.metrics) -----------------------------------------------------------
+    metrics_port: int = 0  # a worker serves its Prometheus metrics here (0: off)
+    metrics_token: str = ""  # when set, the web app's /metrics wants "Authorization: Bearer <it>"
     # An adapter whose outputs stay degenerate after the whole recovery ladder this many
     # times is quarantined: its analyses fail at once instead of burning GPU time.
     guard_quarantine_after: int = 2

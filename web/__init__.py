@@ -111,7 +111,36 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
         app.register_blueprint(bp)
     app.add_url_rule("/", endpoint="index", view_func=_index)
     app.add_url_rule("/healthz", endpoint="healthz", view_func=_healthz)
+    app.add_url_rule("/metrics", endpoint="metrics", view_func=_metrics)
     return app
+
+
+def _metrics():
+    """Prometheus scrape of the state, read from PostgreSQL and Redis now (the workers serve
+    their event metrics themselves). Behind VIDLORA_METRICS_TOKEN when it is set."""
+    import hmac
+
+    from flask import Response, abort, request
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+    from tasks.celery_app import CONTROL_QUEUE, CPU_QUEUE, GPU_QUEUE
+    from vidlora.config import get_settings
+    from vidlora.db import session_scope
+    from vidlora.metrics import StateCollector, scrape
+
+    settings = get_settings()
+    if settings.metrics_token:
+        sent = request.authorization.token if request.authorization and request.authorization.type == "bearer" else ""
+        if not hmac.compare_digest((sent or "").encode(), settings.metrics_token.encode()):
+            abort(401, "This endpoint wants the metrics token (Authorization: Bearer).")
+    redis_client = None
+    if settings.broker_url.startswith("redis"):
+        import redis
+
+        redis_client = redis.Redis.from_url(settings.broker_url, socket_timeout=5)
+    registry = CollectorRegistry()
+    registry.register(StateCollector(session_scope, redis_client, (CPU_QUEUE, CONTROL_QUEUE), GPU_QUEUE))
+    return Response(scrape(registry), mimetype=CONTENT_TYPE_LATEST)
 
 
 def _healthz():

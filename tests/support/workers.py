@@ -30,6 +30,26 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{diagnose()}" if diagnose else ""))
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """A Prometheus endpoint's samples: (name, sorted labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 def describe_workers(*workers: "WorkerProcess", lines: int = 25) -> str:
     return "\n".join(w.describe(lines) for w in workers)
 

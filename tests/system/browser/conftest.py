@@ -8,7 +8,6 @@ browser download is never used, so the test runs where only the distribution pac
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import pytest
 
 from tests.support.env import ROOT
 from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
-from tests.support.workers import module_gpu_worker
+from tests.support.workers import free_port, module_gpu_worker
 
 CHROMIUM = os.environ.get("VIDLORA_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -38,12 +37,6 @@ def screenshots(artifacts_dir) -> Path:
 gpu_worker = module_gpu_worker("browser-gpu-0")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def live_server(database, broker) -> Iterator[str]:
     """The real app (not the test client) behind a threaded werkzeug server."""
@@ -52,7 +45,7 @@ def live_server(database, broker) -> Iterator[str]:
     from web import create_app
 
     app = create_app({"TESTING": True, "SECRET_KEY": "browser-test-secret", "POLL_INTERVAL_MS": 1000})
-    port = _free_port()
+    port = free_port()
     server = make_server("127.0.0.1", port, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="live-server", daemon=True)
     thread.start()

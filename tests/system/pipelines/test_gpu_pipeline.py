@@ -20,7 +20,7 @@ SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
 gpu_worker = module_gpu_worker("test-gpu-0")
 
 
-def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, corpus_dir):
+def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, cpu_worker, corpus_dir):
     from vidlora.config import get_settings
     from tasks.submit import submit_paths
 
@@ -42,6 +42,10 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
     # Every answer is structured: valid against its scenario's schema, stored as data, each
     # leaf indexed, and found by a field query (issue 15).
     _check_structured(rows, batch_id)
+
+    # The workers counted what they did (issue 17): each stored result, its tokens and
+    # verdict on the GPU worker's metrics; each video's decode CPU time on the CPU worker's.
+    _check_metrics(gpu_worker, cpu_worker, rows)
 
     # Different adapters on the same video give different outputs.
     by_video: dict[int, dict[str, str]] = {}
@@ -105,6 +109,25 @@ def _check_structured(rows, batch_id: int) -> None:
         filters = parse_filters({"scenario": "tomb_structure", "batch": str(batch_id), "where": [f"construction={value}"]})
         found = {analysis.id for analysis, *_ in session.execute(result_query(session, filters))}
         assert found == {aid for aid, v in tomb.items() if v == value}
+
+
+def _check_metrics(gpu_worker, cpu_worker, rows) -> None:
+    from tests.support.workers import scrape
+
+    gpu = scrape(gpu_worker.metrics_url)
+    for scenario in SCENARIOS:
+        mine = [r for _, s, r, _ in rows if s.name == scenario]
+        # The module's worker may have served earlier tests' analyses too: at least these.
+        assert gpu[("vidlora_analyses_finished_total", (("scenario", scenario), ("status", "done")))] >= len(mine)
+        assert gpu[("vidlora_tokens_total", (("kind", "output"), ("scenario", scenario)))] >= sum(r.output_tokens for r in mine)
+        assert gpu[("vidlora_analysis_seconds_count", (("scenario", scenario),))] >= len(mine)
+        assert gpu[("vidlora_engine_seconds_sum", (("scenario", scenario),))] > 0
+    assert gpu[("vidlora_guard_verdicts_total", (("reason", ""), ("verdict", "healthy")))] >= len(rows)
+    assert sum(v for (name, labels), v in gpu.items() if name == "vidlora_adapter_registrations_total") >= len(SCENARIOS)
+    assert gpu[("vidlora_engine_memory_bytes", (("kind", "rss"),))] > 100 * 2**20
+    cpu = scrape(cpu_worker.metrics_url)  # summed over its prefork children
+    assert cpu[("vidlora_decode_cpu_seconds_count", ())] >= len({a.video_id for a, *_ in rows})
+    assert cpu[("vidlora_decode_cpu_seconds_sum", ())] > 0
 
 
 def _request_for(analysis_id: int, settings):
