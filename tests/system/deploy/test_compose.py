@@ -39,7 +39,7 @@ OVERRIDES = [DOCKER_DIR / "compose.expose.yml", DOCKER_DIR / "compose.nfs-media.
 MEDIA_TARGET = "/srv/vidlora/media"
 APP_UID = "10001"
 
-INFRA = {"postgres", "redis"}
+INFRA = {"postgres", "redis", "prometheus"}
 ONE_SHOT = "migrate"
 SECRET_KEY_RE = re.compile(r"(PASSWORD|SECRET|TOKEN|BASIC_AUTH|API_KEY|PRIVATE_KEY)", re.I)
 
@@ -386,7 +386,7 @@ def test_app_services_use_init_and_no_host_source_mounts_except_read_only(model)
 def test_infra_images_are_pinned(model):
     for name in INFRA:
         image = _services(model)[name]["image"]
-        assert re.search(r":\d+\.\d+", image) and not image.endswith(":latest"), image
+        assert re.search(r":v?\d+\.\d+", image) and not image.endswith(":latest"), image
 
 
 # -- secrets and .env.example ----------------------------------------------------------------------
