@@ -168,3 +168,26 @@ def _user_id(name: str) -> int:
 
     with session_scope() as session:
         return session.scalar(select(User.id).where(User.username == name))
+
+
+def test_tokens_work_on_the_embedded_sqlite_database(tmp_path):
+    """The demo runs on SQLite: creating, using twice (naive timestamps read back) and revoking."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from vidlora.models import Base
+    from web.auth.tokens import create_token, revoke_token, token_user
+    from web.auth.users import create_user
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
+    Base.metadata.create_all(engine)
+    with Session(engine) as session:
+        user = create_user(session, "demo", PASSWORD)
+        new = create_token(session, user, "script", "read")
+        session.commit()
+        assert token_user(session, new.token)[0].username == "demo"
+        session.commit()
+        session.expire_all()  # read last_used_at back from SQLite
+        assert token_user(session, new.token) is not None
+        revoke_token(session, new.id)
+        assert token_user(session, new.token) is None

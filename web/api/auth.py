@@ -32,7 +32,7 @@ def _bearer(token: str):
     if found is None:
         return _unauthorized("This API token is unknown, revoked, or its account is deactivated.")
     user, row = found
-    db.commit()  # last_used_at, whatever the request does next
+    db.commit()  # last_used_at (at most once a minute), whatever the request does next
     if row.scope == TokenScope.READ and request.method not in READ_METHODS:
         return _refused(403, "Not allowed with this token", "This token may only read; create one with "
                         "scope 'review' to submit batches or reviews.")
