@@ -13,10 +13,9 @@ to a substring match. Field conditions (``vidlora.results.conditions``) run on t
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
-
-import re
 
 from sqlalchemy import ColumnElement, Select, Text, and_, cast, exists, false, func, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
