@@ -125,12 +125,17 @@ def _send_prepare(video_ids: list[int]) -> None:
 
 
 def _finish_batch_if_done(session, batch_id: int) -> None:
-    batch = session.get(Batch, batch_id)
-    statuses = {u.status for u in batch.uploads}
-    if UploadStatus.PENDING in statuses:
+    # Two uploads of one batch finishing at once each mark their own upload done and would
+    # each see the other's as pending (read committed): the batch stayed "ingesting" for
+    # ever. The batch row lock serialises them; the second then reads the first's commit.
+    batch = session.execute(select(Batch).where(Batch.id == batch_id).with_for_update()
+                            .execution_options(populate_existing=True)).scalar_one()
+    uploads = session.scalars(select(Upload).where(Upload.batch_id == batch_id)
+                              .execution_options(populate_existing=True)).all()
+    if any(u.status == UploadStatus.PENDING for u in uploads):
         return
-    failed = [u for u in batch.uploads if u.status == UploadStatus.FAILED]
-    if failed and len(failed) == len(batch.uploads):
+    failed = [u for u in uploads if u.status == UploadStatus.FAILED]
+    if failed and len(failed) == len(uploads):
         batch.status, batch.reason = BatchStatus.FAILED, "; ".join(f"{u.name}: {u.reason}" for u in failed)
     else:
         batch.status = BatchStatus.INGESTED

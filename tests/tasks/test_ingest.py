@@ -69,3 +69,44 @@ def test_a_single_video_is_linked_into_the_store_not_copied(database, broker, cl
         video = session.get(Video, item.video_id)
         assert os.stat(settings.media_root / video.path).st_ino == inode  # the parked bytes themselves
     assert not parked.exists()  # the parked name is gone once the video is recorded
+
+
+def test_two_uploads_finishing_at_once_finish_their_batch(database):
+    """Seen in a CI run: both uploads of a batch marked done in concurrent transactions, each
+    saw the other as pending, and the batch stayed 'ingesting' for ever."""
+    import threading
+
+    from tasks.ingest import _finish_batch_if_done
+    from vidlora.db import session_scope
+    from vidlora.models import Batch, Upload
+
+    with session_scope() as session:
+        batch = Batch(name="race", source="web", scenario_names=["tomb_structure"], status="ingesting")
+        session.add(batch)
+        session.flush()
+        uploads = [Upload(batch_id=batch.id, name=f"{i}.mp4", path=f"uploads/race-{i}", size_bytes=1, status="pending")
+                   for i in range(2)]
+        session.add_all(uploads)
+        session.flush()
+        batch_id, upload_ids = batch.id, [u.id for u in uploads]
+    both_flushed = threading.Barrier(2)
+    errors = []
+
+    def finish(upload_id: int) -> None:
+        try:
+            with session_scope() as session:
+                session.get(Upload, upload_id).status = "done"
+                session.flush()
+                both_flushed.wait(timeout=30)  # both updates in flight, neither committed
+                _finish_batch_if_done(session, batch_id)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=finish, args=(uid,)) for uid in upload_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    with session_scope() as session:
+        assert session.get(Batch, batch_id).status == "ingested"
