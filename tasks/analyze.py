@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timezone
 from pathlib import Path
 
 import jsonschema
@@ -26,7 +25,7 @@ from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AnalysisStatus
-from vidlora.models import Analysis, Result, utcnow
+from vidlora.models import Analysis, Result, as_utc, utcnow
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import index_fields
 from vidlora.scenarios import Generation, record_registrations
@@ -122,8 +121,6 @@ def _store(output: AnalysisOutput, identity: dict, worker_name: str) -> None:
 
 
 def _seconds_between(start, end) -> float:
-    # SQLite hands back naive datetimes; they are UTC like everything vidlora writes.
-    as_utc = lambda t: t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)  # noqa: E731
     return (as_utc(end) - as_utc(start)).total_seconds()
 
 

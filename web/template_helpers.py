@@ -9,6 +9,7 @@ from flask import Flask
 from markupsafe import Markup
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
+from vidlora.models import as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 
@@ -51,10 +52,6 @@ def human_bytes(n: int | float | None) -> str:
             return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TB"
-
-
-def as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def when(value: datetime | None) -> Markup | str:

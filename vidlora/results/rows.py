@@ -7,11 +7,10 @@ without the database.
 
 from __future__ import annotations
 
-from datetime import timezone
 from pathlib import PurePath
 from typing import Any
 
-from vidlora.models import Analysis, Result, Scenario, Video
+from vidlora.models import Analysis, Result, Scenario, Video, as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import final_value, in_schema_order
 
@@ -41,7 +40,7 @@ def iso_utc(value) -> str | None:
     """RFC 3339 with its zone, always (SQLite hands back naive datetimes; they are UTC)."""
     if value is None:
         return None
-    return (value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)).isoformat()
+    return as_utc(value).isoformat()
 
 
 def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta, timezone
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.lifecycle import TokenScope, values
-from vidlora.models import ApiToken, User, utcnow
+from vidlora.models import ApiToken, User, as_utc, utcnow
 
 PREFIX = "vl_"
 LAST_USED_GRANULARITY = timedelta(minutes=1)
@@ -63,10 +63,8 @@ def token_user(session: Session, token: str) -> tuple[User, ApiToken] | None:
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == _digest(token)))
     if row is None or row.revoked_at is not None or not row.user.is_active:
         return None
-    now, last = utcnow(), row.last_used_at
-    if last is not None and last.tzinfo is None:  # SQLite hands back naive UTC
-        last = last.replace(tzinfo=timezone.utc)
-    if last is None or now - last > LAST_USED_GRANULARITY:
+    now = utcnow()
+    if row.last_used_at is None or now - as_utc(row.last_used_at) > LAST_USED_GRANULARITY:
         row.last_used_at = now  # not a write per request: "last used" to the minute is enough
     return row.user, row
 

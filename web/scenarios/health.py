@@ -12,8 +12,7 @@ from sqlalchemy.orm import Session
 from vidlora.config import get_settings
 from vidlora.heartbeats import alive_since
 from vidlora.lifecycle import WorkerStatus
-from vidlora.models import Worker
-from web.template_helpers import as_utc
+from vidlora.models import Worker, as_utc
 
 
 
