@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.env import ROOT
+from tests.support.netns import Host
 from tests.support.workers import WorkerProcess, describe_workers, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -63,21 +64,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _as_postgres(*cmd: str) -> subprocess.CompletedProcess:
+def _as_postgres(*cmd: str, host: "Host | None" = None) -> subprocess.CompletedProcess:
     # initdb and postgres refuse to run as root.
-    out = subprocess.run(["runuser", "-u", "postgres", "--", *cmd], capture_output=True, text=True, cwd="/")
+    argv = ["runuser", "-u", "postgres", "--", *cmd]
+    out = subprocess.run(host.command(argv) if host else argv, capture_output=True, text=True, cwd="/")
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return out
 
 
 class PrivatePostgres:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    """A PostgreSQL cluster of our own. By default on loopback at a free port; given a
+    ``host`` (tests/support/netns.py), it runs there and listens on that host's address."""
+
+    def __init__(self, root: Path, host: "Host | None" = None) -> None:
+        self.root, self.host = root, host
+        self.address = host.address if host else "127.0.0.1"
         self.data = root / "pgdata"
         self.sock = root / "pgsock"
         self.log = root / "postgres.log"
-        self.port = free_port()
+        self.port = 5432 if host else free_port()  # a host of its own has every port free
         self.root.chmod(0o755)
         for d in (self.sock, self.data):
             d.mkdir(mode=0o700)
@@ -86,6 +92,10 @@ class PrivatePostgres:
         shutil.chown(self.log, "postgres", "postgres")
         _as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
                      "--no-sync", "-E", "UTF8")
+        if host:
+            # Clients on the host's own network (the other hosts), as a private LAN deployment allows.
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
 
     def start(self) -> None:
         # fsync off: a "restart" here is a process crash, not a power cut, and the OS keeps what
@@ -93,30 +103,38 @@ class PrivatePostgres:
         # WAL leaves PostgreSQL's own memory, so a crash silently drops transactions the workers
         # were told had committed (seen: 2 of 40 videos vanished with their analyses). No
         # production set-up may run with it off either (docs/deploy.md).
-        opts = (f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
+        opts = (f"-p {self.port} -k {self.sock} -c listen_addresses={self.address} -c fsync=off "
                 "-c synchronous_commit=on -c full_page_writes=off -c max_connections=300")
         _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w",
-                     "-t", "60", "start")
+                     "-t", "60", "start", host=self.host)
 
     def stop(self, mode: str = "fast") -> None:
-        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop",
+                     host=self.host)
+
+    def createdb(self, name: str) -> None:
+        _as_postgres(str(PG_BIN / "createdb"), "-h", str(self.sock), "-p", str(self.port), name, host=self.host)
 
     def url(self, db: str = "postgres") -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+        return f"postgresql+psycopg://postgres@{self.address}:{self.port}/{db}"
 
 
 class PrivateRedis:
-    def __init__(self, root: Path) -> None:
+    """A redis-server of our own, on loopback or on a ``host``'s address (as PrivatePostgres)."""
+
+    def __init__(self, root: Path, host: "Host | None" = None) -> None:
         self.dir = root / "redis"
         self.dir.mkdir()
-        self.port = free_port()
+        self.host = host
+        self.address = host.address if host else "127.0.0.1"
+        self.port = 6379 if host else free_port()
         self.proc: subprocess.Popen | None = None
         self.persistent = True
 
     def start(self, persistent: bool | None = None) -> None:
         if persistent is not None:
             self.persistent = persistent
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        args = ["redis-server", "--port", str(self.port), "--bind", self.address, "--save", "",
                 "--dir", str(self.dir), "--appendonly", "yes" if self.persistent else "no",
                 "--appendfsync", "always", "--protected-mode", "no"]
         if not self.persistent:
@@ -124,10 +142,11 @@ class PrivateRedis:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir.mkdir()
         log = (self.dir.parent / "redis.log").open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.host.command(args) if self.host else args, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         import redis
 
-        client = redis.Redis(port=self.port)
+        client = redis.Redis(host=self.address, port=self.port)
         wait_for(lambda: _pings(client), 30, 0.1, "private redis")
 
     def kill(self) -> None:
@@ -138,7 +157,7 @@ class PrivateRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.address}:{self.port}/0"
 
 
 def _pings(client) -> bool:

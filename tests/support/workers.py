@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.env import ROOT
+from tests.support.netns import Host
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.5, what: str = "condition",
@@ -57,14 +58,17 @@ def describe_workers(*workers: "WorkerProcess", lines: int = 25) -> str:
 class WorkerProcess:
     """A real `vidlora worker ...` subprocess with its log captured to a file."""
 
-    def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=()):
+    def __init__(self, kind: str, log_path: Path, extra_env: dict[str, str] | None = None, args=(),
+                 host: "Host | None" = None):
         self.kind, self.log_path, self.args = kind, log_path, tuple(args)
         self.extra_env = dict(extra_env or {})
         self.expected_exit = False  # set when a test stops or kills it on purpose
         env = {**os.environ, **(extra_env or {})}
         self._log = log_path.open("wb")
+        argv = [sys.executable, "-m", "cli", "worker", kind, *args]
+        # On a host (tests/support/netns.py) the wrappers exec, so the pid is the worker's.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker", kind, *args],
+            host.command(argv) if host else argv,
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -59,8 +59,7 @@ def stack() -> Iterator[Stack]:
         tmpfs = mount_tmpfs(media, "512m")
         scenarios = root / "scenarios.yaml"
         scenarios.write_text(SCENARIOS_YAML)
-        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "createdb"), "-h", str(pg.sock), "-p",
-                        str(pg.port), "vidlora"], check=True, cwd="/")
+        pg.createdb("vidlora")
         env = {
             **TIMINGS,
             "VIDLORA_DATABASE_URL": pg.url("vidlora"),
