@@ -16,6 +16,7 @@ services host, finds nothing lost, duplicated or stuck.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -41,6 +42,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 GPU_WORKER = "gpuhost-gpu0"
 WEB_PORT = 8000
 METRICS_PORT = 9100  # every host has its own port space: the same port on each, as in compose
+OPS_PASSWORD = "two hosts, one password"
+TARGET_P95_S = 600
+# The fault tests' scenarios, the quick one with a latency target.
+SCENARIOS = SCENARIOS_YAML.replace("generation: {max_tokens: 4, temperature: 0.0, seed: 0}\n",
+                                   "generation: {max_tokens: 4, temperature: 0.0, seed: 0}\n"
+                                   f"    slo: {{p95_seconds: {TARGET_P95_S}}}\n", 1)
+assert SCENARIOS != SCENARIOS_YAML
 
 
 def _media_mount(root: Path, host: netns.Host) -> Path:
@@ -100,7 +108,7 @@ def deployment(artifacts_dir) -> Iterator[Deployment]:
         for host in (services, cpu_host, gpu_host):
             host.mount(store, _media_mount(root, host))
             (root / "var" / host.name).mkdir(parents=True)
-        (root / "scenarios.yaml").write_text(SCENARIOS_YAML)
+        (root / "scenarios.yaml").write_text(SCENARIOS)
 
         (root / "pg").mkdir()
         pg = PrivatePostgres(root / "pg", host=services)
@@ -122,7 +130,7 @@ def deployment(artifacts_dir) -> Iterator[Deployment]:
 
         # The operator's first steps, on the services host: migrate, an account, a token.
         for args, stdin in [(("db", "upgrade"), None),
-                            (("user", "create", "ops", "--password-stdin"), "two hosts password\n"),
+                            (("user", "create", "ops", "--password-stdin"), OPS_PASSWORD + "\n"),
                             (("token", "create", "ops", "--name", "two-hosts", "--scope", "review"), None)]:
             out = d.cli(services, *args, stdin=stdin)
             assert out.returncode == 0, out.stdout + out.stderr
@@ -287,3 +295,34 @@ def test_gpu_host_cut_off_mid_batch_and_restored(deployment: Deployment, clips):
     counts = _audit(d, batch_id)
     print(f"\n[two-hosts] cut {restored_at - cut_at:.0f}s with {len(running_ids)} analyses running; "
           f"batch finished {finished_at - restored_at:.0f}s after the link came back; audit {counts}")
+
+
+def test_latency_of_this_run_per_scenario_on_the_scenarios_page_and_the_cli(deployment: Deployment):
+    """P50/P95 from the analyses the two batches above really ran, read the two ways an
+    operator reads them: `vidlora status --latency` and the Scenarios page."""
+    import re
+
+    import requests
+
+    d = deployment
+    out = d.cli(d.services, "status", "--latency", "--window", "1h", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {r["scenario"]: r for r in json.loads(out.stdout)["scenarios"]}
+    quick, slow = rows["fault_quick"], rows["fault_slow"]
+    assert (quick["count"], slow["count"]) == (3, 6)
+    for row in (quick, slow):
+        assert 0 < row["p50_total_s"] <= row["p95_total_s"] and 0 < row["p50_engine_s"] <= row["p95_engine_s"], row
+    # The slow batch waited out a link cut: its P95 shows it.
+    assert slow["p95_total_s"] > quick["p95_total_s"]
+    assert (quick["target_p95_s"], quick["target_met"]) == (TARGET_P95_S, True)
+    assert slow["target_p95_s"] is None
+
+    web = requests.Session()
+    login = web.get(f"http://{d.services.address}:{WEB_PORT}/auth/login", timeout=10).text
+    csrf = re.search(r'<meta name="csrf-token" content="([^"]+)">', login).group(1)
+    signed_in = web.post(f"http://{d.services.address}:{WEB_PORT}/auth/login", timeout=10,
+                         data={"username": "ops", "password": OPS_PASSWORD, "csrf_token": csrf})
+    assert signed_in.ok and "Sign out" in signed_in.text, signed_in.text[:500]
+    page = web.get(f"http://{d.services.address}:{WEB_PORT}/scenarios/?window=1h", timeout=10).text
+    assert 'data-scenario="fault_quick" data-count="3" data-target-met="true"' in page
+    assert 'data-scenario="fault_slow" data-count="6" data-target-met="null"' in page
