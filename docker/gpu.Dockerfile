@@ -54,7 +54,8 @@ COPY --from=deps /opt/venv /opt/venv
 WORKDIR /app
 # Editable install so vidlora's PROJECT_ROOT is /app (alembic.ini, migrations/, scenarios.yaml).
 COPY . /app
-RUN pip install --no-cache-dir --no-deps -e . \
+# --no-build-isolation: the locked setuptools in the venv builds it, so this step needs no index.
+RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
  && chmod 0755 docker/boot.sh
 # Weights and adapters come from read-only mounts; nothing is fetched from a hub at run time.
 # Compile caches (Triton, torch.compile, vLLM) live under ~/.cache, a volume in compose, so
@@ -69,7 +70,9 @@ ENV VIDLORA_VAR_DIR=/var/lib/vidlora \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 USER 10001:10001
-# Liveness of a GPU worker is its heartbeat row in PostgreSQL (workers/registry.py), not an
-# HTTP port; Flower shows the Celery side.
-HEALTHCHECK NONE
+# Healthy once it can serve: the worker starts its metrics server only after the engine is
+# up and every adapter is registered (tasks/gpu_worker.py), so `docker compose up --wait`
+# waits for a worker that takes batches. Engine start with CUDA graphs takes minutes.
+HEALTHCHECK --interval=15s --timeout=10s --start-period=15m --retries=3 \
+  CMD python /app/docker/healthcheck.py "http://127.0.0.1:${VIDLORA_METRICS_PORT:-9100}/metrics"
 CMD ["vidlora", "worker", "gpu"]

@@ -443,6 +443,16 @@ def build(out: Path, scenarios: list[str] | None = None, force: bool = False) ->
         return _build_locked(out, scenarios, force)
 
 
+def _readable_by_all(root: Path) -> None:
+    """Weights are data every worker reads, whatever its uid: the compose stack's containers
+    bind-mount this tree and run as uid 10001, and safetensors writes its files 0600."""
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        want = mode | (0o555 if path.is_dir() else 0o444)
+        if want != mode:
+            path.chmod(want)
+
+
 def _build_locked(out: Path, scenarios: list[str], force: bool) -> Path:
     params = _build_params(scenarios)
     stamp = out / ".tiny-model-stamp"
@@ -458,6 +468,7 @@ def _build_locked(out: Path, scenarios: list[str], force: bool) -> Path:
         if (dict(have, scenarios=None) == wanted
                 and set(params["scenarios"]) <= set(have.get("scenarios") or [])):
             log.info("tiny model already built at %s", out)
+            _readable_by_all(out)
             return base
 
     t0 = time.perf_counter()
@@ -483,6 +494,7 @@ def _build_locked(out: Path, scenarios: list[str], force: bool) -> Path:
             _check_adapter(adir)
 
     (tmp / ".tiny-model-stamp").write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+    _readable_by_all(tmp)
     # Two renames, so a process reading the old tree (an engine loading an adapter lazily)
     # sees it vanish for microseconds, not for the length of an rmtree.
     old = out.with_name(out.name + ".old-build")
