@@ -74,5 +74,5 @@ USER 10001:10001
 # up and every adapter is registered (tasks/gpu_worker.py), so `docker compose up --wait`
 # waits for a worker that takes batches. Engine start with CUDA graphs takes minutes.
 HEALTHCHECK --interval=15s --timeout=10s --start-period=15m --retries=3 \
-  CMD python /app/docker/healthcheck.py "http://127.0.0.1:${VIDLORA_METRICS_PORT:-9100}/metrics"
+  CMD ["sh", "-c", "exec python /app/docker/healthcheck.py http://127.0.0.1:${VIDLORA_METRICS_PORT:-9100}/metrics"]
 CMD ["vidlora", "worker", "gpu"]

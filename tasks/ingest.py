@@ -80,7 +80,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
         if upload is None or upload.status != UploadStatus.PENDING:
             return {"skipped": 1}
         if not begin_attempt(upload, settings.max_attempts, counts=task.is_first_delivery):
-            _finish_batch_if_done(session, upload.batch_id)
+            finish_batch_if_done(session, upload.batch_id)
             return {"failed": 1}
         batch_id, name, rel = upload.batch_id, upload.name, upload.path
         redelivered = upload.attempts > 1
@@ -100,7 +100,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
         with session_scope() as session:
             upload = session.get(Upload, upload_id)
             upload.status, upload.reason = UploadStatus.FAILED, f"media store error: {exc}"
-            _finish_batch_if_done(session, batch_id)
+            finish_batch_if_done(session, batch_id)
         _send_prepare(to_prepare)
         return counts
     with session_scope() as session:
@@ -113,7 +113,7 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
             to_prepare = list(dict.fromkeys([*to_prepare, *earlier]))
         upload = session.get(Upload, upload_id)
         upload.status = UploadStatus.DONE
-        _finish_batch_if_done(session, batch_id)
+        finish_batch_if_done(session, batch_id)
     _send_prepare(to_prepare)
     path.unlink(missing_ok=True)
     log.info("ingested upload %s (%s): %s", upload_id, name, counts)
@@ -124,7 +124,7 @@ def _send_prepare(video_ids: list[int]) -> None:
     messages.prepare_videos(video_ids)
 
 
-def _finish_batch_if_done(session, batch_id: int) -> None:
+def finish_batch_if_done(session, batch_id: int) -> None:
     # Two uploads of one batch finishing at once each mark their own upload done and would
     # each see the other's as pending (read committed): the batch stayed "ingesting" for
     # ever. The batch row lock serialises them; the second then reads the first's commit.

@@ -16,6 +16,7 @@ from celery import shared_task
 from sqlalchemy import or_, select, update
 
 from tasks import messages
+from tasks.ingest import finish_batch_if_done
 from tasks.base import VidloraTask
 from vidlora.config import get_settings
 from vidlora.db import session_scope
@@ -24,11 +25,12 @@ from vidlora.lifecycle import (
     IN_FLIGHT_ANALYSIS,
     UNPROBED_VIDEO,
     AnalysisStatus,
+    BatchStatus,
     UploadStatus,
     VideoStatus,
     WorkerStatus,
 )
-from vidlora.models import Analysis, Upload, Video, Worker, utcnow
+from vidlora.models import Analysis, Batch, Upload, Video, Worker, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,18 @@ def find_orphans(session, stale_s: float, heartbeat_s: float) -> dict[str, list[
     lost = [a.id for a in in_flight
             if a.status == AnalysisStatus.QUEUED or a.worker is None or a.worker not in live]
     ready = list(session.scalars(select(Analysis.id).where(Analysis.status == AnalysisStatus.READY)))
-    return {"uploads": uploads, "videos": sorted(set(videos)), "analyses": lost, "ready": ready}
+    # A batch still "ingesting" although none of its uploads is pending: the ingest that
+    # settled its last upload did not finish the batch (its transaction was lost, or an older
+    # release raced two uploads). Settled for a stale period, so an ingest finishing it right
+    # now is left to do so.
+    pending_or_recent = (select(Upload.id).where(Upload.batch_id == Batch.id)
+                         .where(or_(Upload.status == UploadStatus.PENDING, Upload.updated_at >= stale)))
+    unfinished = list(session.scalars(
+        select(Batch.id).where(Batch.status == BatchStatus.INGESTING, Batch.uploads.any(),
+                               ~pending_or_recent.exists())
+    ))
+    return {"uploads": uploads, "videos": sorted(set(videos)), "analyses": lost, "ready": ready,
+            "batches": unfinished}
 
 
 def cpu_backlog() -> int | None:
@@ -93,6 +106,8 @@ def claim_orphans(session, stale_s: float, heartbeat_s: float, resend_inputs: bo
         orphans["uploads"], orphans["videos"] = [], []
     for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(orphans["analyses"]))):
         analysis.status, analysis.ready_at, analysis.worker = AnalysisStatus.READY, utcnow(), None
+    for batch_id in orphans["batches"]:
+        finish_batch_if_done(session, batch_id)
     # Each upload and video is re-sent at most once per stale period, not once per sweep.
     if orphans["uploads"]:
         session.execute(update(Upload).where(Upload.id.in_(orphans["uploads"])).values(updated_at=utcnow()))

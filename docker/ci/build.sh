@@ -34,3 +34,4 @@ step cpu docker build -q -f docker/cpu.Dockerfile "${secret[@]}" --build-arg "PY
   --build-arg TORCH_INDEX_URL=https://pypi.org/simple -t "vidlora-cpu:$tag" .
 step gpu-cpu docker build -q -f docker/gpu-cpu.Dockerfile "${secret[@]}" --build-arg "CPU_IMAGE=vidlora-cpu:$tag" \
   -t "vidlora-gpu-cpu:$tag" .
+docker image prune -f >/dev/null  # the builds these tags replaced

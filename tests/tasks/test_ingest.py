@@ -76,7 +76,7 @@ def test_two_uploads_finishing_at_once_finish_their_batch(database):
     saw the other as pending, and the batch stayed 'ingesting' for ever."""
     import threading
 
-    from tasks.ingest import _finish_batch_if_done
+    from tasks.ingest import finish_batch_if_done
     from vidlora.db import session_scope
     from vidlora.models import Batch, Upload
 
@@ -98,7 +98,7 @@ def test_two_uploads_finishing_at_once_finish_their_batch(database):
                 session.get(Upload, upload_id).status = "done"
                 session.flush()
                 both_flushed.wait(timeout=30)  # both updates in flight, neither committed
-                _finish_batch_if_done(session, batch_id)
+                finish_batch_if_done(session, batch_id)
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 

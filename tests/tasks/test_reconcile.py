@@ -59,3 +59,18 @@ def test_a_stale_queued_analysis_goes_back_to_ready(db_session):
     assert lost.id in orphans["analyses"]
     db_session.refresh(lost)
     assert (lost.status, lost.worker) == ("ready", None) and lost.ready_at is not None
+
+
+def test_a_batch_left_ingesting_with_every_upload_settled_is_finished(db_session):
+    stuck = _upload(db_session, age_s=STALE_S * 2)
+    stuck.status, stuck.updated_at = "done", utcnow() - timedelta(seconds=STALE_S * 2)  # settled long ago
+    settling = _upload(db_session, age_s=1)  # its ingest may be finishing the batch right now
+    settling.status = "done"
+    waiting = _upload(db_session, age_s=STALE_S * 2)  # still pending: not this sweep's business
+    db_session.flush()
+    orphans = claim_orphans(db_session, STALE_S, HEARTBEAT_S, resend_inputs=False)
+    assert stuck.batch_id in orphans["batches"]
+    assert settling.batch_id not in orphans["batches"] and waiting.batch_id not in orphans["batches"]
+    statuses = {b.id: b.status for b in db_session.scalars(select(Batch).where(
+        Batch.id.in_([stuck.batch_id, settling.batch_id, waiting.batch_id])))}
+    assert statuses == {stuck.batch_id: "ingested", settling.batch_id: "ingesting", waiting.batch_id: "ingesting"}

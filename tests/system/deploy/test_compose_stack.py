@@ -114,6 +114,12 @@ def stack(tmp_path_factory, artifacts_dir) -> Iterator[Stack]:
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-5000:]
     s.timings["build (all images)"] = time.monotonic() - t0
     print("\n" + built.stdout.strip())
+    # The CA bundle given to pip as a build secret is in no image.
+    for image in (f"vidlora-cpu:{TAG}", f"vidlora-gpu-cpu:{TAG}"):
+        probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c",
+                                "ls -A /run/secrets 2>/dev/null; env | grep -c PIP_CERT || true"],
+                               capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0 and probe.stdout.split() == ["0"], (image, probe.stdout, probe.stderr)
     try:
         t0 = time.monotonic()
         up = s.compose("up", "-d", "--wait", "--wait-timeout", "600", *SERVICES, timeout=900, check=False)
