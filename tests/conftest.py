@@ -65,6 +65,14 @@ def pytest_unconfigure(config):
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
+def pytest_terminal_summary(terminalreporter):
+    from tests.support.reports import REPORTS
+
+    for title, text in REPORTS:
+        terminalreporter.section(title)
+        terminalreporter.write_line(text)
+
+
 def pytest_configure(config):
     global REDIS_DB
     REDIS_DB = _claim_redis_db()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tests.support.env import ROOT
 from tests.support.netns import Host
+from tests.support.reports import report
 from tests.support.workers import WorkerProcess, describe_workers, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -354,6 +355,6 @@ def write_table(rows: list[FaultRow], total_s: float) -> None:
               "lost / duplicated / stuck come from `vidlora audit` and must be 0.",
               "", f"Session wall time including service and worker start-up: {total_s:.0f} s", ""]
     text = "\n".join(lines)
-    print("\n" + text)
+    report("fault tests", text)
     RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
     RESULTS_MD.write_text(text)

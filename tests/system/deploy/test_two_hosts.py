@@ -33,6 +33,7 @@ from sqlalchemy import create_engine, func, select
 
 from tests.support import netns
 from tests.support.env import ROOT
+from tests.support.reports import report
 from tests.support.fault_media import tiny_clips
 from tests.support.fault_stack import PG_BIN, SCENARIOS_YAML, TIMINGS, PrivatePostgres, PrivateRedis
 from tests.support.workers import WorkerProcess, describe_workers, scrape, wait_for
@@ -293,8 +294,8 @@ def test_gpu_host_cut_off_mid_batch_and_restored(deployment: Deployment, clips):
     assert _results_per_analysis(d, batch_id) == {a.id: 1 for a in analyses}
     assert all(a.attempts >= 2 for a in analyses if a.id in running_ids)
     counts = _audit(d, batch_id)
-    print(f"\n[two-hosts] cut {restored_at - cut_at:.0f}s with {len(running_ids)} analyses running; "
-          f"batch finished {finished_at - restored_at:.0f}s after the link came back; audit {counts}")
+    report("two hosts", f"GPU host cut off {restored_at - cut_at:.0f} s with {len(running_ids)} analyses running; "
+           f"batch finished {finished_at - restored_at:.0f} s after the link came back; audit {counts}")
 
 
 def test_latency_of_this_run_per_scenario_on_the_scenarios_page_and_the_cli(deployment: Deployment):
