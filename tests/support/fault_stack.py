@@ -161,6 +161,18 @@ class PrivateRedis:
         return f"redis://{self.address}:{self.port}/0"
 
 
+def stop_services(pg: PrivatePostgres | None, redis_: PrivateRedis | None) -> None:
+    """A session's teardown: kill Redis, shut PostgreSQL down at once (either may be absent,
+    or already stopped by a test)."""
+    if redis_ is not None:
+        redis_.kill()
+    if pg is not None:
+        try:
+            pg.stop("immediate")
+        except RuntimeError:
+            pass
+
+
 def _pings(client) -> bool:
     try:
         return bool(client.ping())

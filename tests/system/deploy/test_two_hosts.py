@@ -33,9 +33,9 @@ from sqlalchemy import create_engine, func, select
 
 from tests.support import netns
 from tests.support.env import ROOT
-from tests.support.reports import report
 from tests.support.fault_media import tiny_clips
-from tests.support.fault_stack import PG_BIN, SCENARIOS_YAML, TIMINGS, PrivatePostgres, PrivateRedis
+from tests.support.fault_stack import PG_BIN, SCENARIOS_YAML, TIMINGS, PrivatePostgres, PrivateRedis, stop_services
+from tests.support.reports import report
 from tests.support.workers import WorkerProcess, describe_workers, scrape, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
@@ -162,13 +162,7 @@ def deployment(artifacts_dir) -> Iterator[Deployment]:
             web.wait(30)
         if engine is not None:
             engine.dispose()
-        if redis_ is not None:
-            redis_.kill()
-        if pg is not None:
-            try:
-                pg.stop("immediate")
-            except RuntimeError:
-                pass
+        stop_services(pg, redis_)
         lan.close()
         shutil.rmtree(root, ignore_errors=True)
 

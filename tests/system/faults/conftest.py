@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fault_stack import PG_BIN, PrivatePostgres, PrivateRedis, SCENARIOS_YAML, Stack, TIMINGS, mount_tmpfs, write_table
+from tests.support.fault_stack import (PG_BIN, SCENARIOS_YAML, TIMINGS, PrivatePostgres, PrivateRedis, Stack, mount_tmpfs,
+                                       stop_services, write_table)
 from tests.support.workers import WorkerProcess
 
 
@@ -80,13 +81,7 @@ def stack() -> Iterator[Stack]:
             s.stop_all()
             if s._engine is not None:
                 s._engine.dispose()
-        if redis_ is not None:
-            redis_.kill()
-        if pg is not None:
-            try:
-                pg.stop("immediate")
-            except RuntimeError:
-                pass
+        stop_services(pg, redis_)
         if tmpfs:
             subprocess.run(["umount", "-l", str(media)], capture_output=True)
         if s is not None:
