@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vidlora.media.ffprobe import FFMPEG
-
 KINDS = ("artifact", "tomb", "mural")
 SCENARIO_OF = {"artifact": "artifact_identification", "tomb": "tomb_structure", "mural": "murals_inscriptions"}
 
@@ -88,6 +86,9 @@ def render(scene: Scene, frames: int = 8, size: int = 224) -> np.ndarray:
 
 def write_video(frames: np.ndarray, path: Path, fps: int = 4) -> Path:
     """Encode frames as H.264 MP4 (yuv420p), written whole or not at all."""
+    # Imported here: rendering needs numpy alone (training hosts need not carry vidlora's settings).
+    from vidlora.media.ffprobe import FFMPEG
+
     t, h, w, _ = frames.shape
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.part.mp4")
