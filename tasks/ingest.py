@@ -17,15 +17,15 @@ from sqlalchemy.exc import IntegrityError
 from tasks import messages
 from tasks.base import VidloraTask
 from vidlora.attempts import begin_attempt
-from vidlora.batches import record_member
+from vidlora.batches import finish_batch_if_done, record_member
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.archive import MemberOutcome, ingest_archive
 from vidlora.ingest.kinds import Kind, kind_of, not_video_reason
 from vidlora.ingest.store import MediaStore, StoreError
-from vidlora.lifecycle import BatchStatus, ItemStatus, UploadStatus, VideoStatus
+from vidlora.lifecycle import ItemStatus, UploadStatus, VideoStatus
 from vidlora.locks import try_lock
-from vidlora.models import Batch, BatchItem, Upload, Video
+from vidlora.models import BatchItem, Upload, Video
 
 log = logging.getLogger(__name__)
 
@@ -122,22 +122,3 @@ def _ingest(task: VidloraTask, upload_id: int) -> dict[str, int]:
 
 def _send_prepare(video_ids: list[int]) -> None:
     messages.prepare_videos(video_ids)
-
-
-def finish_batch_if_done(session, batch_id: int) -> None:
-    # Two uploads of one batch finishing at once each mark their own upload done and would
-    # each see the other's as pending (read committed): the batch stayed "ingesting" for
-    # ever. The batch row lock serialises them; the second then reads the first's commit.
-    batch = session.execute(select(Batch).where(Batch.id == batch_id).with_for_update()
-                            .execution_options(populate_existing=True)).scalar_one()
-    uploads = session.scalars(select(Upload).where(Upload.batch_id == batch_id)
-                              .execution_options(populate_existing=True)).all()
-    if any(u.status == UploadStatus.PENDING for u in uploads):
-        return
-    failed = [u for u in uploads if u.status == UploadStatus.FAILED]
-    if failed and len(failed) == len(uploads):
-        batch.status, batch.reason = BatchStatus.FAILED, "; ".join(f"{u.name}: {u.reason}" for u in failed)
-    else:
-        batch.status = BatchStatus.INGESTED
-        if failed:
-            batch.reason = "; ".join(f"{u.name}: {u.reason}" for u in failed)

@@ -16,10 +16,10 @@ from celery import shared_task
 from sqlalchemy import or_, select, update
 
 from tasks import messages
-from tasks.ingest import finish_batch_if_done
 from tasks.base import VidloraTask
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.batches import finish_batch_if_done
 from vidlora.heartbeats import alive_since
 from vidlora.lifecycle import (
     IN_FLIGHT_ANALYSIS,

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
 from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
-from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus
+from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus, BatchStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
 
 
@@ -129,3 +129,22 @@ def ensure_analyses(session: Session, video: Video, batch: Batch) -> int:
         created += 1
     session.flush()
     return created
+
+
+def finish_batch_if_done(session, batch_id: int) -> None:
+    # Two uploads of one batch finishing at once each mark their own upload done and would
+    # each see the other's as pending (read committed): the batch stayed "ingesting" for
+    # ever. The batch row lock serialises them; the second then reads the first's commit.
+    batch = session.execute(select(Batch).where(Batch.id == batch_id).with_for_update()
+                            .execution_options(populate_existing=True)).scalar_one()
+    uploads = session.scalars(select(Upload).where(Upload.batch_id == batch_id)
+                              .execution_options(populate_existing=True)).all()
+    if any(u.status == UploadStatus.PENDING for u in uploads):
+        return
+    failed = [u for u in uploads if u.status == UploadStatus.FAILED]
+    if failed and len(failed) == len(uploads):
+        batch.status, batch.reason = BatchStatus.FAILED, "; ".join(f"{u.name}: {u.reason}" for u in failed)
+    else:
+        batch.status = BatchStatus.INGESTED
+        if failed:
+            batch.reason = "; ".join(f"{u.name}: {u.reason}" for u in failed)

@@ -76,7 +76,7 @@ def test_two_uploads_finishing_at_once_finish_their_batch(database):
     saw the other as pending, and the batch stayed 'ingesting' for ever."""
     import threading
 
-    from tasks.ingest import finish_batch_if_done
+    from vidlora.batches import finish_batch_if_done
     from vidlora.db import session_scope
     from vidlora.models import Batch, Upload
 
