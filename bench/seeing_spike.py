@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vidlora import scenes  # noqa: E402
 from workers import tiny_model  # noqa: E402
 
-OUT = Path(os.environ.get("OUT", "/tmp/out"))
+# The device run sets OUT (files it returns); elsewhere results go under the repo's var/.
+OUT = Path(os.environ.get("OUT") or Path(__file__).resolve().parents[1] / "var" / "seeing-spike")
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 PROMPTS = {"artifact": "List every artifact visible in this video.",
            "tomb": "Describe the tomb structure shown.",

@@ -22,9 +22,11 @@ RUN --mount=type=secret,id=ca_bundle \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
  && pip install --no-cache-dir --require-hashes --no-deps -r /opt/requirements/lock.txt \
  && mkdir -p /home/vidlora/.cache && chown vidlora:vidlora /home/vidlora/.cache
-# engine_patch patches vLLM in this process, so the engine core stays in it; the KV cache is
+# Metrics on (the health check below reads that port). engine_patch patches vLLM in this
+# process, so the engine core stays in it; the KV cache is
 # host memory on the CPU build. Weights and adapters come from read-only mounts, never a hub.
 ENV VLLM_ENABLE_V1_MULTIPROCESSING=0 \
+    VIDLORA_METRICS_PORT=9100 \
     VLLM_CPU_KVCACHE_SPACE=2 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \

@@ -62,6 +62,7 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
 # a restarted worker skips most of its warm-up.
 ENV VIDLORA_VAR_DIR=/var/lib/vidlora \
     VIDLORA_MEDIA_ROOT=/srv/vidlora/media \
+    VIDLORA_METRICS_PORT=9100 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     HF_HOME=/home/vidlora/.cache/huggingface \
@@ -70,9 +71,10 @@ ENV VIDLORA_VAR_DIR=/var/lib/vidlora \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 USER 10001:10001
-# Healthy once it can serve: the worker starts its metrics server only after the engine is
-# up and every adapter is registered (tasks/gpu_worker.py), so `docker compose up --wait`
-# waits for a worker that takes batches. Engine start with CUDA graphs takes minutes.
+# Healthy once it can serve (metrics on 9100 by default, above): the worker starts its metrics
+# server only after the engine is up and every adapter is registered (tasks/gpu_worker.py), so
+# `docker compose up --wait` waits for a worker that takes batches. Engine start with CUDA
+# graphs takes minutes.
 HEALTHCHECK --interval=15s --timeout=10s --start-period=15m --retries=3 \
   CMD ["sh", "-c", "exec python /app/docker/healthcheck.py http://127.0.0.1:${VIDLORA_METRICS_PORT:-9100}/metrics"]
 CMD ["vidlora", "worker", "gpu"]
