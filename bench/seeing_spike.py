@@ -126,7 +126,7 @@ def forward(model, input_ids, attn, pix, grid, labels=None):
 
 def run(hidden, layers, vdepth, vhidden, steps, batch, lr, log):
     global VIDEO_PAD
-    tok = tiny_model._build_tokenizer()
+    tok = tiny_model.build_tokenizer()
     model, ids = build(tok, hidden, layers, vdepth, vhidden)
     VIDEO_PAD = ids["<|video_pad|>"]
     model.to(DEV, dtype=torch.float32).train()  # fp32 master weights; bf16 autocast on the GPU

@@ -190,8 +190,9 @@ def _build_params(scenarios: list[str]) -> dict[str, Any]:
 # -- tokenizer ------------------------------------------------------------------------------
 
 
-def _build_tokenizer():
-    """Byte-level BPE with Qwen's pre-tokenizer, special tokens and chat template."""
+def build_tokenizer(corpus: str = _CORPUS, bpe_vocab: int = BPE_VOCAB):
+    """Byte-level BPE with Qwen's pre-tokenizer, special tokens and chat template, its merges
+    learnt from ``corpus`` (deterministic: the same corpus gives the same vocabulary)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -208,13 +209,13 @@ def _build_tokenizer():
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB,
+        vocab_size=bpe_vocab,
         min_frequency=1,
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tok.train_from_iterator([corpus] * 4, trainer=trainer)
     tok.add_special_tokens(SPECIAL_TOKENS)
     tok.add_tokens(ADDED_TOKENS)
     # Pad to a round vocabulary with reserved special tokens, as Qwen's vocab is padded.
@@ -239,17 +240,20 @@ def _build_tokenizer():
 # -- model ----------------------------------------------------------------------------------
 
 
-def _model_config(tok):
+def model_config(tok, text_config: dict[str, Any] = TEXT_CONFIG,
+                 vision_config: dict[str, Any] = VISION_CONFIG):
+    """The ``Qwen3_5Config`` for ``tok`` with these text and vision settings (the tokenizer
+    fixes the vocabulary size and the special token ids)."""
     from transformers import Qwen3_5Config
 
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     vocab = len(tok)
-    text = dict(TEXT_CONFIG, vocab_size=vocab, eos_token_id=ids["<|im_end|>"],
+    text = dict(text_config, vocab_size=vocab, eos_token_id=ids["<|im_end|>"],
                 bos_token_id=None, pad_token_id=ids["<|endoftext|>"])
     text.pop("full_attention_interval", None)
     return Qwen3_5Config(
         text_config=text,
-        vision_config=dict(VISION_CONFIG),
+        vision_config=dict(vision_config),
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -276,7 +280,7 @@ def _build_model(config):
     return model.to(torch.bfloat16).eval()
 
 
-def _processor_configs(base: Path) -> None:
+def write_processor_configs(base: Path) -> None:
     """Write the image and video processor configs as Qwen ships them (mean/std 0.5)."""
     common = {
         "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
@@ -298,7 +302,7 @@ def _processor_configs(base: Path) -> None:
     (base / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
 
 
-def _generation_config(base: Path, tok) -> None:
+def write_generation_config(base: Path, tok) -> None:
     cfg = {
         "bos_token_id": None,
         "eos_token_id": [tok.convert_tokens_to_ids("<|im_end|>"),
@@ -481,13 +485,13 @@ def _build_locked(out: Path, scenarios: list[str], force: bool) -> Path:
     (tmp / "base").mkdir(parents=True)
 
     with torch.random.fork_rng(devices=[]):
-        tok = _build_tokenizer()
-        config = _model_config(tok)
+        tok = build_tokenizer()
+        config = model_config(tok)
         model = _build_model(config)
         model.save_pretrained(str(tmp / "base"), safe_serialization=True)
         tok.save_pretrained(str(tmp / "base"))
-        _processor_configs(tmp / "base")
-        _generation_config(tmp / "base", tok)
+        write_processor_configs(tmp / "base")
+        write_generation_config(tmp / "base", tok)
         for i, name in enumerate(sorted(scenarios)):
             adir = tmp / "adapters" / name
             _build_adapter(model, name, i, adir)
