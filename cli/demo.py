@@ -1,10 +1,11 @@
 """The main job on one machine: every part of vidlora, real, with nothing to install first.
 
-Embedded defaults (a SQLite database and a SQLite-backed queue under ``var/``, the tiny
-model the project builds) unless VIDLORA_* variables point at PostgreSQL, Redis and real
-weights; then the same command runs against those. Starts one CPU worker and one GPU worker
-as child processes, runs the sample clips through every scenario, prints a summary, and
-serves the review UI on localhost.
+Embedded defaults (a SQLite database and a SQLite-backed queue under ``var/``, the demo
+model shipped in ``demo_model/weights``) unless VIDLORA_* variables point at PostgreSQL, Redis
+and real weights; then the same command runs against those. Starts one CPU worker and one GPU
+worker as child processes, generates scenes whose contents are known (``vidlora.scenes``:
+artifacts, tomb plans, inscriptions), sends each through its scenario, prints every answer
+beside the truth, and serves the review UI on localhost.
 """
 
 from __future__ import annotations
@@ -46,8 +47,23 @@ def _ensure_model(settings) -> None:
     if Path(settings.model) == tiny_root / "base":
         from workers.tiny_model import build
 
-        click.echo("building the tiny Qwen3.5 model and its adapters ...")
+        click.echo("building the tiny random Qwen3.5 model and its adapters ...")
         build(tiny_root, None)
+    elif not (Path(settings.model) / "config.json").is_file():
+        raise click.ClickException(f"no model at {settings.model}: set VIDLORA_MODEL, or run "
+                                   "`python -m demo_model.train --out demo_model/weights` for the demo model")
+
+
+SCENES_PER_KIND = 3
+
+
+def demo_scenes(out_dir: Path) -> dict[str, list[tuple[Path, object]]]:
+    """Generated videos per scenario (fresh seeds: never a training example), with their truth."""
+    from vidlora import scenes
+
+    return {scenes.SCENARIO_OF[kind]: scenes.generate(kind, [scenes.FRESH_SEEDS + i for i in range(SCENES_PER_KIND)],
+                                                      out_dir)
+            for kind in scenes.KINDS}
 
 
 def _ensure_user(username: str) -> str | None:
@@ -66,9 +82,11 @@ def _ensure_user(username: str) -> str | None:
         return password
 
 
-def summary_rows(batch_id: int) -> list[tuple[str, str, str, str, str, str]]:
+def summary_rows(batch_ids: list[int], truth: dict[str, object]) -> list[tuple[str, ...]]:
+    """One row per analysis: its answer (the fields that are scored) beside the scene's truth."""
     from sqlalchemy import select
 
+    from vidlora import scenes
     from vidlora.db import session_scope
     from vidlora.models import Analysis, BatchItem, Result, Scenario
 
@@ -78,37 +96,46 @@ def summary_rows(batch_id: int) -> list[tuple[str, str, str, str, str, str]]:
             .join(Analysis, Analysis.video_id == BatchItem.video_id)
             .join(Scenario, Scenario.id == Analysis.scenario_id)
             .outerjoin(Result, Result.analysis_id == Analysis.id)
-            .where(BatchItem.batch_id == batch_id)
+            .where(BatchItem.batch_id.in_(batch_ids))
             .order_by(BatchItem.name, Scenario.name)
         ).all()
         out = []
         for video, scenario, status, reason, result in rows:
-            tokens = f"{result.prompt_tokens}/{result.output_tokens}" if result else "-"
+            scene = truth.get(video)
             latency = f"{result.latency_s:.2f}s" if result else "-"
-            text = (result.text if result else reason or "").replace("\n", " ")
-            out.append((video, scenario, status, tokens, latency, text[:40]))
+            if result is None:
+                answer, ok = (reason or "")[:40], "-"
+            elif scene is None:
+                answer, ok = result.text.replace("\n", " ")[:40], "-"
+            else:
+                answer = scenes.answer_text(scene.kind, result.parsed)
+                ok = "yes" if scenes.correct(scene, result.parsed) else "NO"
+            out.append((video, scenario, status, latency, answer, scenes.truth_text(scene) if scene else "-", ok))
         return out
 
 
-def print_summary(batch_id: int) -> None:
-    rows = summary_rows(batch_id)
-    header = ("video", "scenario", "status", "tokens in/out", "latency", "output (start)")
+def print_summary(batch_ids: list[int], truth: dict[str, object]) -> None:
+    rows = summary_rows(batch_ids, truth)
+    header = ("video", "scenario", "status", "latency", "answer", "truth", "correct")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+    scored = [r for r in rows if r[-1] in ("yes", "NO")]
+    if scored:
+        right = sum(r[-1] == "yes" for r in scored)
+        click.echo(f"\n{right} of {len(scored)} answers match what the videos show")
 
 
 def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
     from vidlora import db, scenarios
-    from vidlora.samples import generate_samples
 
     settings = get_settings()
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     click.echo(f"database: {settings.database_url.split('@')[-1]}   queue: {settings.broker_url.split('@')[-1]}")
     db.upgrade()
     _ensure_model(settings)
-    scenario_names = list(scenarios.sync())
-    samples = generate_samples(settings.var_dir / "samples")
+    known = set(scenarios.sync())
+    videos = {name: made for name, made in demo_scenes(settings.var_dir / "scenes").items() if name in known}
     logs = settings.var_dir / "logs"
     # SIGTERM (a supervisor, a test harness) must stop the workers too: turn it into an
     # exception so the finally below runs instead of leaving orphaned workers behind.
@@ -118,23 +145,30 @@ def run_demo(serve: bool, serve_for: float, timeout: float, port: int) -> int:
         _start(["worker", "gpu"], logs / "gpu-worker.log", env),
     ]
     try:
-        return _run_batch(samples, scenario_names, logs, timeout, serve, serve_for, port)
+        return _run_batches(videos, logs, timeout, serve, serve_for, port)
     except KeyboardInterrupt:
         return 130
     finally:
         _stop(procs)
 
 
-def _run_batch(samples, scenario_names, logs, timeout, serve, serve_for, port) -> int:
+def _run_batches(videos, logs, timeout, serve, serve_for, port) -> int:
     from cli.show import wait_and_show
     from tasks.submit import submit_paths
 
-    batch_id, _ = submit_paths(samples, scenario_names, "demo samples", source="cli")
-    click.echo(f"batch {batch_id}: {len(samples)} sample videos x {len(scenario_names)} scenarios "
-               f"(worker logs in {logs})")
-    code = wait_and_show(batch_id, timeout)
+    batch_ids, truth = [], {}
+    for scenario, made in videos.items():
+        batch_id, _ = submit_paths([path for path, _ in made], [scenario], f"demo: {scenario}", source="cli")
+        batch_ids.append(batch_id)
+        truth.update({path.name: scene for path, scene in made})
+        click.echo(f"batch {batch_id}: {len(made)} generated videos for {scenario}")
+    click.echo(f"(worker logs in {logs})")
+    deadline = time.monotonic() + timeout
+    code = 0
+    for batch_id in batch_ids:
+        code = max(code, wait_and_show(batch_id, max(1.0, deadline - time.monotonic())))
     click.echo("")
-    print_summary(batch_id)
+    print_summary(batch_ids, truth)
     if code != 0:
         click.echo(f"the batch did not finish within {timeout:.0f}s; see the worker logs", err=True)
         return code

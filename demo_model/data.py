@@ -110,6 +110,12 @@ class Encoder:
         return self.processor(text=[build_prompt(self.tokenizer, req)], videos=[frames], video_metadata=[vm],
                               do_sample_frames=False, return_tensors="pt")
 
+    def video_inputs(self, scenario: str, scene: scenes.Scene) -> dict[str, Any]:
+        """The scene's patches and grid alone, as the scenario samples it."""
+        frames, ts = sampled_frames(scene, self.scenarios[scenario].sampling)
+        enc = self.prompt_inputs(scenario, frames, ts)
+        return {"pixel_values_videos": enc["pixel_values_videos"], "video_grid_thw": enc["video_grid_thw"][0]}
+
     def example(self, scenario: str, scene: scenes.Scene, answer: dict[str, Any]) -> dict[str, Any]:
         import torch
 

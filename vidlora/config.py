@@ -2,7 +2,7 @@
 
 Every process (CLI, web, cpu worker, gpu worker) calls ``get_settings()``; nothing else reads
 ``os.environ`` for configuration. Defaults are the embedded set-up (SQLite file, SQLite-backed
-queue, local media folder, the tiny model the project builds), so a fresh checkout runs with
+queue, local media folder, the demo model shipped in ``demo_model/weights``), so a fresh checkout runs with
 no external services. Production sets ``VIDLORA_DATABASE_URL`` / ``VIDLORA_BROKER_URL`` to
 PostgreSQL and Redis and points ``VIDLORA_MODEL`` / ``VIDLORA_ADAPTER_ROOT`` at real weights.
 """
@@ -17,6 +17,9 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The demo model and its scenario adapters (demo_model.train): small enough to ship, and it
+# answers the generated scenes correctly, so a working install is visibly one.
+DEMO_MODEL = PROJECT_ROOT / "demo_model" / "weights"
 
 
 class Settings(BaseSettings):
@@ -30,7 +33,7 @@ class Settings(BaseSettings):
     scenarios_file: Path = PROJECT_ROOT / "scenarios.yaml"
 
     # -- model -------------------------------------------------------------------------
-    model: str = ""  # default: the tiny random Qwen3.5 model under var_dir
+    model: str = ""  # default: the demo model (DEMO_MODEL / "base")
     adapter_root: Path | None = None  # adapter paths in scenarios.yaml are relative to it
     # Normalised adapters (engine_patch.registration) are written here; local to each worker.
     adapter_cache_dir: Path | None = None  # default: var_dir / "prepared-adapters"
@@ -125,9 +128,9 @@ class Settings(BaseSettings):
         if self.media_root is None:
             self.media_root = self.var_dir / "media"
         if not self.model:
-            self.model = str(self.var_dir / "tiny-model" / "base")
+            self.model = str(DEMO_MODEL / "base")
         if self.adapter_root is None:
-            self.adapter_root = self.var_dir / "tiny-model" / "adapters"
+            self.adapter_root = DEMO_MODEL / "adapters"
         if self.adapter_cache_dir is None:
             self.adapter_cache_dir = self.var_dir / "prepared-adapters"
         if self.engine_rebuild not in ("auto", "replace"):

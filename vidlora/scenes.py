@@ -27,6 +27,7 @@ import numpy as np
 
 KINDS = ("artifact", "tomb", "mural")
 SCENARIO_OF = {"artifact": "artifact_identification", "tomb": "tomb_structure", "mural": "murals_inscriptions"}
+KIND_OF = {scenario: kind for kind, scenario in SCENARIO_OF.items()}
 
 SHAPES = ("vessel", "coin", "weapon", "figurine")
 MATERIALS = {"bronze": (150, 96, 38), "jade": (58, 158, 96), "gold": (232, 192, 40), "ceramic": (196, 88, 58)}
@@ -45,6 +46,9 @@ GLYPHS = {
     "X": ["#...#", ".#.#.", "..#..", ".#.#.", "#...#"],
 }
 INSCRIPTION_LENGTH = 3
+# The demo model trains on scenes of seeds below this; the demo and the accuracy tests draw
+# theirs at or above it, so what they show is never a training example.
+FRESH_SEEDS = 10**9
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,29 @@ def correct(scene: Scene, answer: dict | None) -> bool:
         return answer["inscriptions"][0]["transcription"].strip().upper() == scene.transcription
     except (KeyError, IndexError, TypeError, AttributeError):
         return False
+
+
+def truth_text(scene: Scene) -> str:
+    """What the scene shows, in the few words ``answer_text`` uses for an answer."""
+    if scene.kind == "artifact":
+        return f"{scene.object_type} {scene.material} {scene.period}"
+    if scene.kind == "tomb":
+        return f"{scene.chamber_count} chamber" + ("s" if scene.chamber_count != 1 else "")
+    return scene.transcription or ""
+
+
+def answer_text(kind: str, answer: dict | None) -> str:
+    """The fields of an answer that ``correct`` scores, in the same few words ("-" if absent)."""
+    try:
+        if kind == "artifact":
+            find = answer["finds"][0]
+            return f"{find['object_type']} {find['material']} {find['period']}"
+        if kind == "tomb":
+            n = answer["chamber_count"]
+            return f"{n} chamber" + ("s" if n != 1 else "")
+        return str(answer["inscriptions"][0]["transcription"])
+    except (KeyError, IndexError, TypeError):
+        return "-"
 
 
 # -- drawing --------------------------------------------------------------------------------
