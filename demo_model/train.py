@@ -3,6 +3,7 @@ per shipped scenario that answers that scenario's question in its own schema.
 
     python -m demo_model.train --out DIR [--steps 1600] [--device cuda]
     python -m demo_model.train --check        # the first steps again, against the record
+    python -m demo_model.train --record-check --out DIR   # record them (after a run elsewhere)
 
 One run trains the base and the three adapters together. Every step holds one group of
 examples per scenario, run with that scenario's adapter and labelled with the truth, and one
@@ -13,9 +14,11 @@ without its adapter (or with another scenario's), a scenario is answered near ch
 
 Everything is seeded: the tokenizer's merges, the initial weights, and the scene behind every
 example (example ``i`` of the run is drawn from seed ``i``; tests and evaluation draw from
-``FRESH_SEEDS`` and above, which no run of this length reaches). ``--check`` retrains the
-first ``CHECK_STEPS`` steps on the CPU and compares the weights with the fingerprint the
-shipped run recorded, which is how CI knows that the script still makes these weights.
+``FRESH_SEEDS`` and above, which no run reaches). ``--check`` reruns the first
+``CHECK_STEPS`` steps of both stages on the CPU and compares the weights with the fingerprint
+recorded beside the shipped ones when they were made, and the shipped files with their
+hashes: how CI knows that the script still makes these weights (a full rerun is one command,
+recorded in ``weights/TRAINING.json``, and takes minutes on a GPU, an hour on 2 cores).
 """
 
 from __future__ import annotations
@@ -233,7 +236,8 @@ def _collate_vision(items):
             torch.stack([v["video_grid_thw"] for _, v, _ in items]), [lab for _, _, lab in items])
 
 
-def train_vision(model, base: Path, scenarios, device: str, workers: int, steps: int, log) -> dict[str, float]:
+def train_vision(model, base: Path, scenarios, device: str, workers: int, steps: int, log,
+                 stop: int | None = None) -> dict[str, float]:
     """Stage 1: the vision tower and a linear probe per scene kind; returns the probe's accuracy
     per kind on the last steps' (unseen) scenes. The probes are dropped afterwards."""
     import torch
@@ -246,9 +250,11 @@ def train_vision(model, base: Path, scenarios, device: str, workers: int, steps:
     tokens = per_group * visual.config.out_hidden_size
     heads = torch.nn.ModuleDict({k: torch.nn.Linear(tokens, sum(c)) for k, c in PROBE_CLASSES.items()}).to(device)
     params = list(visual.parameters()) + list(heads.parameters())
+    for p in params:  # PEFT froze the base
+        p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    loader = DataLoader(VisionStream(base, scenarios), batch_sampler=_Steps(PROBE_BATCH, steps),
+    loader = DataLoader(VisionStream(base, scenarios), batch_sampler=_Steps(PROBE_BATCH, stop or steps),
                         collate_fn=_collate_vision, num_workers=workers, worker_init_fn=_one_thread,
                         multiprocessing_context="fork" if workers else None, prefetch_factor=4 if workers else None)
     right: dict[str, list[bool]] = {}
@@ -262,7 +268,7 @@ def train_vision(model, base: Path, scenarios, device: str, workers: int, steps:
                 parts = torch.split(logits, PROBE_CLASSES[kind])
                 loss = loss + sum(torch.nn.functional.cross_entropy(p[None], torch.tensor([y], device=device))
                                   for p, y in zip(parts, lab)) / len(parts)
-                if step > steps - 20:  # scenes never seen before: the probe's accuracy
+                if step > (stop or steps) - 20:  # scenes never seen before: the probe's accuracy
                     right.setdefault(kind, []).append(all(int(p.argmax()) == y for p, y in zip(parts, lab)))
         (loss / len(kinds)).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -408,8 +414,7 @@ def train(out: Path, steps: int, device: str, workers: int, stop_after: int | No
     tok, config = write_base_files(out / "base", scenarios)
     model = build_model(config, names).to(device)
     t_vision = time.time()
-    probe = train_vision(model, out / "base", scenarios, device, workers,
-                         min(PROBE_STEPS, stop_after or PROBE_STEPS), log)
+    probe = train_vision(model, out / "base", scenarios, device, workers, PROBE_STEPS, log, stop=stop_after)
     t_vision = time.time() - t_vision
     log(f"stage 1 (vision) {t_vision:.0f}s, probe accuracy on new scenes {probe}")
     _all_trainable(model)
@@ -485,19 +490,27 @@ def train(out: Path, steps: int, device: str, workers: int, stop_after: int | No
     return record
 
 
-def check(recorded: Path = WEIGHTS / "TRAINING.json", tolerance: float = 1e-4) -> dict[str, Any]:
-    """Retrain the first steps on the CPU and compare with the shipped run's fingerprint:
-    exact where the arithmetic is the same; within ``tolerance`` (relative L1 per tensor)
-    where another CPU or library rounds differently."""
+def short_run() -> dict[str, Any]:
+    """The first ``CHECK_STEPS`` steps of both stages on the CPU (one data process, two
+    threads): the fingerprint ``--check`` compares."""
     import tempfile
 
-    want = json.loads(Path(recorded).read_text())["check"]
     with tempfile.TemporaryDirectory() as tmp:
-        got = train(Path(tmp), json.loads(Path(recorded).read_text())["steps"], "cpu", workers=0,
-                    stop_after=want["steps"])["check"]
+        return train(Path(tmp), PROBE_STEPS, "cpu", workers=0, stop_after=CHECK_STEPS, log=lambda _: None)["check"]
+
+
+def check(recorded: Path = WEIGHTS / "TRAINING.json", tolerance: float = 1e-4) -> dict[str, Any]:
+    """Rerun the short run and compare with the one recorded beside the shipped weights (by the
+    same code, when they were made): bit for bit where the arithmetic is the same; within
+    ``tolerance`` (relative L1 per tensor) where another CPU or library build rounds otherwise.
+    And the shipped files must be the ones the record lists."""
+    record = json.loads(Path(recorded).read_text())
+    files_ok = _file_hashes(Path(recorded).parent) == record["files"]
+    want, got = record["check"], short_run()
     worst = max(abs(got["l1"][k] - v) / max(abs(v), 1e-12) for k, v in want["l1"].items())
-    return {"exact": got["sha256"] == want["sha256"], "worst_relative_l1": worst,
-            "ok": got["sha256"] == want["sha256"] or (set(got["l1"]) == set(want["l1"]) and worst <= tolerance)}
+    same = set(got["l1"]) == set(want["l1"])
+    return {"files_ok": files_ok, "exact": got["sha256"] == want["sha256"], "worst_relative_l1": worst,
+            "ok": files_ok and same and (got["sha256"] == want["sha256"] or worst <= tolerance)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,12 +521,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="fewer steps if --steps would not fit in this many seconds")
     parser.add_argument("--workers", type=int, default=min(8, max(0, (os.cpu_count() or 1) - 2)))
-    parser.add_argument("--check", action="store_true", help="retrain the first steps and compare with the record")
+    parser.add_argument("--check", action="store_true",
+                        help="rerun the first steps and compare with the record beside the shipped weights")
+    parser.add_argument("--record-check", action="store_true",
+                        help="add the first steps' fingerprint to OUT/TRAINING.json (after a run elsewhere)")
     args = parser.parse_args(argv)
     if args.check:
         result = check()
         print(json.dumps(result))
         return 0 if result["ok"] else 1
+    if args.record_check:
+        path = args.out / "TRAINING.json"
+        record = json.loads(path.read_text())
+        record["check"] = {"steps": CHECK_STEPS, **short_run()}
+        path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(record["check"]["sha256"])
+        return 0
     shutil.rmtree(args.out, ignore_errors=True)
     record = train(args.out, args.steps, args.device, args.workers, budget_s=args.budget_s)
     print(json.dumps({k: record[k] for k in ("train_s", "accuracy", "size_bytes")}))

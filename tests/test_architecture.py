@@ -1,4 +1,4 @@
-"""The house's floors (`.importlinter`): cli > web > tasks > workers > engine_patch > vidlora,
+"""The house's floors (`.importlinter`): cli > web > tasks > demo_model > workers > engine_patch > vidlora,
 and no import cycle among the modules of any package."""
 
 from __future__ import annotations
