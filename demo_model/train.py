@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from demo_model import WEIGHTS
 from demo_model.data import GENERIC_ANSWERS, SIZE, Encoder, ScenarioText, answer_text, collate
 from vidlora import scenes
@@ -448,7 +446,7 @@ def train(out: Path, steps: int, device: str, workers: int, stop_after: int | No
         "device": device, "host": {"machine": platform.machine(), "torch": torch.__version__,
                                    "transformers": __import__("transformers").__version__,
                                    "peft": __import__("peft").__version__},
-        "curve": [], "vision": {"steps": PROBE_STEPS, "batch": PROBE_BATCH, "s": round(t_vision, 1),
+        "curve": [], "stage1": {"steps": PROBE_STEPS, "batch": PROBE_BATCH, "s": round(t_vision, 1),
                                 "probe_accuracy": probe},
     }
     t0 = time.time()
