@@ -278,7 +278,8 @@ def train_vision(model, base: Path, scenarios, device: str, workers: int, steps:
     return {k: round(sum(v) / len(v), 3) for k, v in right.items()}
 
 
-def group_loss(model, name: str, batch: dict[str, Any], device: str):
+def _forward(model, name: str, batch: dict[str, Any], device: str):
+    """One group through the model: with adapter ``name``, or with none when it is empty."""
     import contextlib
 
     import torch
@@ -287,11 +288,13 @@ def group_loss(model, name: str, batch: dict[str, Any], device: str):
     if name:
         model.set_adapter(name)
         _all_trainable(model)
-        ctx = contextlib.nullcontext()
-    else:
-        ctx = model.disable_adapter()
+    ctx = contextlib.nullcontext() if name else model.disable_adapter()
     with ctx, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-        return model(**inputs).loss
+        return model(**inputs)
+
+
+def group_loss(model, name: str, batch: dict[str, Any], device: str):
+    return _forward(model, name, batch, device).loss
 
 
 def fingerprint(model) -> dict[str, Any]:
@@ -345,16 +348,7 @@ _EVAL_CACHE: dict[int, dict] = {}
 
 
 def _logits(model, name, batch, device):
-    import contextlib
-
-    import torch
-
-    inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
-    if name:
-        model.set_adapter(name)
-    ctx = model.disable_adapter() if not name else contextlib.nullcontext()
-    with ctx, torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-        return model(**inputs).logits.float()
+    return _forward(model, name, {k: v for k, v in batch.items() if k != "labels"}, device).logits.float()
 
 
 # -- saving ---------------------------------------------------------------------------------
