@@ -221,16 +221,20 @@ def _all_trainable(model) -> list[dict[str, Any]]:
 
 def probe_labels(scene: scenes.Scene) -> list[int]:
     """The classes a scene shows, as indices: artifact type, material, period; chamber count - 1;
-    each glyph of the inscription."""
+    the glyph held in each quarter of the clip (the last holds none: class ``len(GLYPHS)``)."""
     if scene.kind == "artifact":
         return [scenes.SHAPES.index(scene.object_type), list(scenes.MATERIALS).index(scene.material),
                 list(scenes.MARKINGS).index(scene.period)]
     if scene.kind == "tomb":
         return [scene.chamber_count - 1]
-    return [list(scenes.GLYPHS).index(c) for c in scene.transcription]
+    return [list(scenes.GLYPHS).index(c) for c in scene.transcription] + [len(scenes.GLYPHS)]
 
 
-PROBE_CLASSES = {"artifact": [4, 4, 4], "tomb": [4], "mural": [6] * scenes.INSCRIPTION_LENGTH}
+# Classes per label. Artifact and tomb probes read the tokens in place (flattened); the mural
+# probe reads each temporal block's mean token, one glyph (or none) per block, as a language
+# model attending to that block would.
+PROBE_CLASSES = {"artifact": [4, 4, 4], "tomb": [4]}
+BLOCK_CLASSES = len(scenes.GLYPHS) + 1
 
 
 class VisionStream:
@@ -270,7 +274,8 @@ def train_vision(model, base: Path, scenarios, device: str, workers: int, steps:
     # Tokens per temporal patch: the frame in 16-pixel patches, merged 2 x 2.
     per_group = (SIZE // (visual.config.patch_size * visual.config.spatial_merge_size)) ** 2
     tokens = per_group * visual.config.out_hidden_size
-    heads = torch.nn.ModuleDict({k: torch.nn.Linear(tokens, sum(c)) for k, c in PROBE_CLASSES.items()}).to(device)
+    heads = torch.nn.ModuleDict({**{k: torch.nn.Linear(tokens, sum(c)) for k, c in PROBE_CLASSES.items()},
+                                 "mural": torch.nn.Linear(visual.config.out_hidden_size, BLOCK_CLASSES)}).to(device)
     params = list(visual.parameters()) + list(heads.parameters())
     for p in params:  # PEFT froze the base
         p.requires_grad_(True)
@@ -285,9 +290,12 @@ def train_vision(model, base: Path, scenarios, device: str, workers: int, steps:
             feats = core.get_video_features(pix.to(device), grid.to(device)).pooler_output
             loss = 0.0
             for kind, f, lab in zip(kinds, feats, labels):
-                x = f.float().reshape(-1, per_group, f.shape[-1]).mean(0).reshape(1, -1)
-                logits = heads[kind](x)[0]
-                parts = torch.split(logits, PROBE_CLASSES[kind])
+                blocks = f.float().reshape(-1, per_group, f.shape[-1])
+                if kind == "mural":
+                    parts = list(heads[kind](blocks.mean(1)))
+                else:
+                    parts = torch.split(heads[kind](blocks.mean(0).reshape(1, -1))[0], PROBE_CLASSES[kind])
+                assert len(parts) == len(lab), (kind, len(parts), len(lab))
                 loss = loss + sum(torch.nn.functional.cross_entropy(p[None], torch.tensor([y], device=device))
                                   for p, y in zip(parts, lab)) / len(parts)
                 if step > (stop or steps) - 20:  # scenes never seen before: the probe's accuracy

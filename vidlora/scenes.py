@@ -10,7 +10,9 @@ Three kinds, one per shipped scenario, each a short video drawn from a seed:
 - ``tomb``: a plan of 1-4 chambers (rectangles) joined in a row by corridors, seen as the
   camera pans across it. The truth is the chamber count; passages are count - 1.
 - ``mural``: a wall with a short inscription of 3 glyphs from a 6-glyph script, painted large
-  and in view in every frame. The truth is the transcription.
+  and far apart, so the camera holds on one glyph at a time: on glyph k for the k-th quarter
+  of the clip, on the bare wall past the inscription for the last. The truth is the
+  transcription, read in time order.
 
 The same seed gives the same frames, byte for byte (numpy only, no fonts or codecs involved
 until ``write_video``). ``expected_answer`` is the truth in the scenario's output schema, so
@@ -230,18 +232,29 @@ def _tomb(scene: Scene, t: float, size: int) -> np.ndarray:
     return img
 
 
+def glyph_cell(size: int) -> int:
+    """Pixels per bitmap cell of a painted glyph in a frame ``size`` wide."""
+    return size // 12
+
+
+def mural_hold(t: float) -> int:
+    """Which glyph the camera holds on at ``t`` (0 to 1 over the clip): glyph k in the k-th
+    quarter, none (the bare wall, ``INSCRIPTION_LENGTH``) in the last. A video model sees each
+    quarter as its own block of frames, so glyph k is read from the k-th block."""
+    return min(int(t * 4 + 1e-9), INSCRIPTION_LENGTH)
+
+
 def _mural(scene: Scene, t: float, size: int) -> np.ndarray:
     img = _canvas(size, WALL)
-    cell = size // 9  # a glyph is 5 cells of this many pixels / 5
-    px = cell * 2 // 5 or 1
+    k = mural_hold(t)
+    if k >= INSCRIPTION_LENGTH:
+        return img
+    px = glyph_cell(size)
     glyph = 5 * px
-    total = INSCRIPTION_LENGTH * glyph + (INSCRIPTION_LENGTH - 1) * px * 2
-    sway = int(round((t - 0.5) * px * 2))
-    x0, y0 = (size - total) // 2 + sway, (size - glyph) // 2
-    for i, ch in enumerate(scene.transcription):
-        gx = x0 + i * (glyph + px * 2)
-        for r, row in enumerate(GLYPHS[ch]):
-            for c, on in enumerate(row):
-                if on == "#":
-                    img[y0 + r * px:y0 + (r + 1) * px, gx + c * px:gx + (c + 1) * px] = (150, 40, 30)  # red ochre
+    sway = int(round(np.sin(7 * t + scene.seed) * px / 2))  # the hand-held camera
+    x0, y0 = (size - glyph) // 2 + sway, (size - glyph) // 2
+    for r, row in enumerate(GLYPHS[scene.transcription[k]]):
+        for c, on in enumerate(row):
+            if on == "#":
+                img[y0 + r * px:y0 + (r + 1) * px, x0 + c * px:x0 + (c + 1) * px] = (150, 40, 30)  # red ochre
     return img

@@ -109,22 +109,25 @@ def _count_chambers(frames: np.ndarray) -> int:
 
 
 def _read_glyphs(frames: np.ndarray) -> str:
-    """Cut the red glyphs out at the drawing's cell size and match each 5x5 bitmap."""
-    frame = frames[0].astype(int)
-    red = np.abs(frame - np.array((150, 40, 30))).sum(-1) < 60
-    cols = np.flatnonzero(red.any(0))
-    rows = np.flatnonzero(red.any(1))
-    size = frames.shape[1]
-    px = (size // 9) * 2 // 5
-    top = rows[0]
-    text, x = "", cols[0]
-    while x <= cols[-1] and len(text) < scenes.INSCRIPTION_LENGTH:
-        cells = [["#" if red[top + r * px + px // 2, x + c * px + px // 2] else "." for c in range(5)] for r in range(5)]
-        bitmap = ["".join(r) for r in cells]
-        # Glyphs start at their first lit column; a column-empty left edge shifts the cut.
-        match = [g for g, bm in scenes.GLYPHS.items() if bm == bitmap]
-        text += match[0] if match else "?"
-        x += 5 * px + 2 * px
-        while x <= cols[-1] and not red[:, x].any():
-            x += 1
+    """The glyph held in each quarter of the clip (the middle frame of the quarter): cut out at
+    the drawing's cell size and matched against each 5x5 bitmap. The last quarter is bare."""
+    n = len(frames)
+    held = [frames[int((k + 0.5) * n / 4)] for k in range(4)]
+    text = "".join(_read_glyph(f) for f in held[:scenes.INSCRIPTION_LENGTH])
+    assert not _red(held[-1]).any(), "the last quarter shows the bare wall"
     return text
+
+
+def _red(frame: np.ndarray) -> np.ndarray:
+    return np.abs(frame.astype(int) - np.array((150, 40, 30))).sum(-1) < 60
+
+
+def _read_glyph(frame: np.ndarray) -> str:
+    red = _red(frame)
+    rows, cols = np.flatnonzero(red.any(1)), np.flatnonzero(red.any(0))
+    px = scenes.glyph_cell(frame.shape[1])
+    top, left = rows[0], cols[0]  # every glyph lights its top row and its first column
+    bitmap = ["".join("#" if red[top + r * px + px // 2, left + c * px + px // 2] else "." for c in range(5))
+              for r in range(5)]
+    match = [g for g, bm in scenes.GLYPHS.items() if bm == bitmap]
+    return match[0] if match else "?"
