@@ -483,7 +483,12 @@ def train(out: Path, steps: int, device: str, workers: int, stop_after: int | No
     }
     t0 = time.time()
     every = max(1, steps // 4)
-    for step, (batch, adapter_names) in enumerate(loader, start=1):
+    waited = 0.0  # seconds spent waiting for examples: says whether the data or the GPU bounds a step
+    batches = iter(loader)
+    for step in range(1, last + 1):
+        t_wait = time.time()
+        batch, adapter_names = next(batches)
+        waited += time.time() - t_wait
         if step > plan["steps"]:
             break
         if budget_s and step == WARMUP_STEPS // 2:
@@ -505,7 +510,7 @@ def train(out: Path, steps: int, device: str, workers: int, stop_after: int | No
             record["curve"].append({"step": step, "s": round(time.time() - t0, 1), "loss": losses, "acc": acc})
             log(json.dumps(record["curve"][-1]))
         elif step % 10 == 0:
-            log(f"step {step} {time.time() - t0:.0f}s {losses}")
+            log(f"step {step} {time.time() - t0:.0f}s (waiting for data {waited:.0f}s) {losses}")
     record["steps"] = plan["steps"]
     record["command"] = f"python -m demo_model.train --steps {plan['steps']} --device {device}"
     record["train_s"] = round(time.time() - t0, 1)
