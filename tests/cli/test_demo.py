@@ -70,11 +70,10 @@ def test_demo_command_analyses_every_sample_and_serves_the_ui(tmp_path):
     assert dict(statuses) == {"done": 9}, (statuses, output[-5000:])
     assert results == 9
     # The summary table: every analysis with its answer beside the truth, and the count of right
-    # ones. The shipped model reads tomb plans (every one right here); docs/demo-model.md has
-    # where artifacts and inscriptions stand.
+    # ones: the shipped model reads every one of these scenes.
     table = output[output.index("video  "):]
     assert table.count(" done ") == 9, table
-    tomb_rows = [line for line in table.splitlines() if line.startswith("tomb-")]
-    assert len(tomb_rows) == 3 and all(line.rstrip().endswith("yes") for line in tomb_rows), table
-    assert " of 9 answers match what the videos show" in table, table
+    rows = [line for line in table.splitlines() if line.startswith(("artifact-", "tomb-", "mural-"))]
+    assert len(rows) == 9 and all(line.rstrip().endswith("yes") for line in rows), table
+    assert "9 of 9 answers match what the videos show" in table, table
     assert "ffmpeg" not in os.listdir(tmp_path / "bin")

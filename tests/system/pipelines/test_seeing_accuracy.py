@@ -2,11 +2,8 @@
 real pipeline (submit -> Celery -> H.264 decode and each scenario's sampling -> vLLM with
 LoRA -> PostgreSQL), and the stored answers are scored against the truth.
 
-- Each shipped scenario, served with its own adapter, is as right on 30 fresh videos (seeds no
-  training run reaches) as the trainer measured on its own held-out scenes
-  (``weights/TRAINING.json``): the pipeline delivers what the model knows. The issue's goal is
-  90% for every scenario; the shipped weights reach it for tomb structure only (artifacts
-  0.77, inscriptions 0 through the pipeline; docs/demo-model.md says why and what is next).
+- Each shipped scenario, served with its own adapter, answers at least 90% of 30 fresh videos
+  (seeds no training run reaches) right.
 - Served with another scenario's adapter, or with none, it is near chance: the knowledge is
   in the adapters, not the base.
 - Mixing the three scenarios in one engine batch changes no answer (the worker groups by
@@ -31,10 +28,7 @@ from vidlora import scenes
 pytestmark = pytest.mark.engine
 
 VIDEOS_PER_KIND = 30
-GOAL = 0.9
-# 30 videos here, 48 scenes in the trainer's evaluation, teacher-forced there and decoded under
-# the schema's grammar here: room for that much difference and no more.
-SAMPLING_ROOM = 0.15
+GOAL = 0.9  # the issue's: at least 27 of 30
 # Chance: one of 64 artifacts, of 4 chamber counts, of 216 inscriptions. "Near" it leaves
 # room for a lucky streak in 30 videos, and nothing more.
 CHANCE = {"artifact": 1 / 64, "tomb": 1 / 4, "mural": 1 / 216}
@@ -115,14 +109,8 @@ def test_each_adapter_reads_its_scenes_and_only_its_own(seeing, corpus_dir):
         score.setdefault((scene.kind, variant), []).append(scenes.correct(scene, r.parsed))
     accuracy = {key: sum(v) / len(v) for key, v in score.items()}
     _report(accuracy)
-    from demo_model import WEIGHTS
-
-    trained = json.loads((WEIGHTS / "TRAINING.json").read_text())["accuracy"]
     for kind in scenes.KINDS:
-        learnt = trained[f"{scenes.SCENARIO_OF[kind]}/adapter"]
-        assert accuracy[(kind, "own")] >= learnt - SAMPLING_ROOM, (kind, learnt, accuracy)
-        if learnt >= GOAL:
-            assert accuracy[(kind, "own")] >= GOAL, (kind, accuracy)
+        assert accuracy[(kind, "own")] >= GOAL, (kind, accuracy)
         assert accuracy[(kind, "wrong")] <= CHANCE[kind] + NEAR_CHANCE, accuracy
         assert accuracy[(kind, "none")] <= CHANCE[kind] + NEAR_CHANCE, accuracy
 
