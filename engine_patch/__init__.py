@@ -23,6 +23,7 @@ _PATCH_MODULES = (
     "gdn_state_zero",       # reused linear-attention state blocks (#56524)
     "prefix_cache_policy",  # prefix cache vs LoRA on hybrids
     "kernel_rebind_scan",   # CPU kernel rebind scan vs Flask's LocalProxy globals
+    "dense_lora",           # issue 14: dense GEMMs for one-adapter steps instead of Punica
 )
 
 SUPPORTED = ((0, 26), (0, 33))

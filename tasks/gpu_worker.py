@@ -80,6 +80,8 @@ def _serve_metrics(host, port: int) -> None:
     def after_batch() -> None:
         metrics.ADAPTER_LOADS.inc(max(0, host.adapter_loads - seen["loads"]))
         seen["loads"] = host.adapter_loads
+        for path, n in (host.last_lora_paths or {}).items():
+            metrics.LORA_PATH.labels(path).inc(max(0, n))
         metrics.record_engine_memory()
 
     metrics.record_engine_memory()

@@ -40,6 +40,9 @@ GUARD_VERDICTS = Counter("vidlora_guard_verdicts_total", "The engine guard's ver
                          ["verdict", "reason"])
 RECOVERY_STEPS = Counter("vidlora_recovery_steps_total", "Recovery steps the guard ran", ["step"])
 ADAPTER_LOADS = Counter("vidlora_adapter_loads_total", "Adapters loaded into a device slot (slot misses)")
+LORA_PATH = Counter("vidlora_lora_module_calls_total",
+                    "LoRA module applications on a GPU worker by path (engine_patch.dense_lora: dense or punica)",
+                    ["path"])
 ADAPTER_REGISTRATIONS = Counter("vidlora_adapter_registrations_total",
                                 "Adapter registrations on a GPU worker by verdict", ["status"])
 DECODE_CPU_SECONDS = Histogram("vidlora_decode_cpu_seconds", "CPU seconds to probe and sample one video",

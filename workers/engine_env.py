@@ -70,6 +70,16 @@ def apply_engine_patch() -> str:
     return "applied" if result is None else f"applied: {result}"
 
 
+def lora_path_counts() -> dict[str, int]:
+    """LoRA module applications in this process by path: engine_patch's dense GEMMs or Punica
+    (all zero when the dense patch is off or engine_patch is absent)."""
+    try:
+        from engine_patch.patches import dense_lora
+    except ImportError:
+        return {"dense": 0, "punica": 0}
+    return dense_lora.counts()
+
+
 def kernel_check_report(patch_status: str) -> dict[str, Any] | None:
     """The LoRA kernels of this device against an fp32 reference, before the engine is built
     (a failure turns engine_patch's mitigations on and checks again; still failing raises

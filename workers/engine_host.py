@@ -77,6 +77,7 @@ from workers.engine_env import (
     dist_version,
     empty_device_cache,
     kernel_check_report,
+    lora_path_counts,
     platform_is_cpu,
     shutdown,
 )
@@ -97,6 +98,7 @@ class EngineHost:
         self.adapter_loads = 0  # device-slot misses (see module docstring)
         self.adapter_disk_loads = 0  # host-cache misses: adapter read from disk
         self.patch_status = "not applied"
+        self.last_lora_paths: dict[str, int] | None = None  # the last batch's LoRA path counts
         self.kernel_check: dict[str, Any] | None = None  # engine_patch.selfcheck at start
         self.start_seconds: float | None = None
         self._lock = threading.RLock()
@@ -360,11 +362,21 @@ class EngineHost:
             self._register_batch(requests)
             self._budget_s = deadline_s
             self._deadline = None if deadline_s is None else time.perf_counter() + float(deadline_s)
+            paths_before = lora_path_counts()
             try:
                 judged = self.guard.generate(requests)
             finally:
                 self._deadline = self._budget_s = None
+                self.last_lora_paths = self._paths_since(paths_before)
             return [finish_output(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
+
+    def _paths_since(self, before: dict[str, int]) -> dict[str, int] | None:
+        """LoRA module applications of the last batch by path (engine_patch.dense_lora): dense
+        GEMMs or Punica. None when the engine runs in another process, where they are counted."""
+        if self.vllm_lora_state() is None:
+            return None
+        now = lora_path_counts()
+        return {path: now.get(path, 0) - before.get(path, 0) for path in ("dense", "punica")}
 
     def _register_batch(self, requests: Sequence[AnalysisRequest]) -> None:
         # Before the guard runs the batch: a changed adapter is registered anew (and its
@@ -488,6 +500,11 @@ class EngineHost:
         for lr in loras:
             if lr is not None and lr.lora_int_id not in order:
                 order.append(lr.lora_int_id)
+        # Submitted sorted by adapter (base requests first), so each engine step's tokens form
+        # as few adapter runs as possible: engine_patch's dense LoRA path takes steps of few runs.
+        run_of = {lid: k for k, lid in enumerate(order)}
+        perm = sorted(range(len(inputs)), key=lambda k: -1 if loras[k] is None else run_of[loras[k].lora_int_id])
+        inputs, params, loras, batch_index = ([seq[k] for k in perm] for seq in (inputs, params, loras, batch_index))
 
         self._abort_leftovers()
         engine = self.llm.llm_engine
@@ -611,6 +628,7 @@ class EngineHost:
             "start_seconds": self.start_seconds,
             "adapter_loads": self.adapter_loads,
             "adapter_disk_loads": self.adapter_disk_loads,
+            "lora_path": self.last_lora_paths,
             "in_process_engine": self.started and self.vllm_lora_state() is not None,
             "adapters": {name: {"ok": r["ok"], "digest": r["digest"], "reason": r["reason"]}
                          for name, r in self.registrations().items()},

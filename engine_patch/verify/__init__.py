@@ -507,6 +507,10 @@ def finish(o: Options, work: Path, out: dict, ads: AdapterSet) -> dict:
     for key in ("mixed", "long_short", "inconclusive"):
         out.setdefault(key, [])
     out["adapters"] = ads.records
+    if "dense_lora" in out.get("patches", []):
+        from engine_patch.patches.dense_lora import counts
+
+        out["lora_paths"] = counts()  # both paths must have run for the checks to cover both
     if o.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:

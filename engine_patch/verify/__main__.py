@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL {f}")
     if res.get("inconclusive"):
         print("INCONCLUSIVE (adapter effect below tolerance): " + ", ".join(res["inconclusive"]))
+    if res.get("lora_paths"):
+        print("LoRA module applications by path: " + ", ".join(f"{k} {v}" for k, v in res["lora_paths"].items()))
     print("VERIFY " + ("PASS" if res["ok"] else "FAIL") + f" in {res['wall_s']}s")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,120 @@
+"""engine_patch.patches.dense_lora: the plan, and vLLM's own CPU Punica wrapper with the patch
+against the same wrapper's stock methods (no engine: fast). The engine-level proof is
+`engine_patch.verify` (tests/engine_patch/test_verify.py), which runs both paths."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine_patch
+from engine_patch.patches import dense_lora
+from engine_patch.patches.dense_lora import Plan, plan_for
+
+SLOTS = [11, 22, 33, None]  # slot -> LoRA id, as vLLM's lora_index_to_id
+
+
+def test_plan_is_the_adapter_runs_with_base_runs_left_out():
+    plan = plan_for((22,) * 5 + (0,) * 3 + (11,) * 2, SLOTS, max_segments=4)
+    assert plan == Plan(n_tokens=10, segments=((0, 5, 1), (8, 10, 0)), runs=3)
+    assert plan_for((33,) * 7, SLOTS, 1) == Plan(7, ((0, 7, 2),), 1)
+    assert plan_for((0,) * 4, SLOTS, 1) == Plan(4, (), 1)
+
+
+def test_plan_refuses_too_many_runs_and_unknown_ids():
+    assert plan_for((11, 22, 11, 22, 11), SLOTS, max_segments=4) is None
+    assert plan_for((11, 22, 11, 22), SLOTS, max_segments=4) is not None
+    assert plan_for((11, 44), SLOTS, max_segments=4) is None  # 44 holds no slot
+
+
+@pytest.fixture(scope="module")
+def wrapper_cls():
+    engine_patch.apply()
+    if "dense_lora" not in (engine_patch.applied() or []):
+        pytest.skip("dense_lora not applied (VIDLORA_DENSE_LORA=off?)")
+    from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
+
+    return PunicaWrapperCPU
+
+
+def _wrapper(cls, index_mapping):
+    from vllm.lora.layers import LoRAMapping
+
+    w = cls(max_num_batched_tokens=256, max_batches=16, device="cpu")
+    mapping = LoRAMapping(index_mapping=tuple(index_mapping), prompt_mapping=(index_mapping[-1],), is_prefill=True)
+    w.update_metadata(mapping, SLOTS, len(SLOTS), 1000)
+    return w
+
+
+def _weights(dtype, slices=(24, 8, 8), rank=8, hidden=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = tuple(torch.randn(len(SLOTS), 1, rank, hidden, generator=g).to(dtype) for _ in slices)
+    b = tuple(torch.randn(len(SLOTS), 1, n, rank, generator=g).to(dtype) for n in slices)
+    return a, b
+
+
+MAPPINGS = {
+    "one adapter": [22] * 13,
+    "two runs and base": [33] * 6 + [0] * 4 + [11] * 5,
+    "too many runs (Punica)": [11, 22, 0, 33, 11, 22, 0, 33, 11],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(MAPPINGS))
+def test_packed_linear_matches_stock_punica(wrapper_cls, name, dtype):
+    """add_lora_linear (column-parallel and packed layers: per-slice tuple buffers)."""
+    mapping = MAPPINGS[name]
+    a, b = _weights(dtype)
+    x = torch.randn(len(mapping), 32, generator=torch.Generator().manual_seed(1)).to(dtype)
+    base_out = torch.randn(len(mapping), sum(t.shape[2] for t in b)).to(dtype)
+    slices = tuple(t.shape[2] for t in b)
+
+    stock = _wrapper(wrapper_cls, mapping)
+    want = base_out.clone()
+    bufs = tuple(torch.zeros(len(mapping), 8) for _ in slices)
+    type(stock).add_shrink.__vidlora_orig__(stock, bufs, x, a, 1.0)
+    type(stock).add_expand.__vidlora_orig__(stock, want, bufs, b, slices, add_inputs=True)
+
+    before = dense_lora.counts()
+    got = base_out.clone()
+    _wrapper(wrapper_cls, mapping).add_lora_linear(got, x, a, b, 1.0, slices)
+    ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
+
+    tol = 1e-5 if dtype == torch.float32 else 0.0625  # bf16: one rounding of the product less
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+    base_rows = [i for i, lid in enumerate(mapping) if lid == 0]
+    assert torch.equal(got[base_rows], base_out[base_rows])  # untouched, bit for bit
+    expect = "punica" if "Punica" in name else "dense"
+    assert ran[expect] == 1 and sum(ran.values()) == 1, ran  # one module application
+
+
+@pytest.mark.parametrize("name", list(MAPPINGS))
+def test_row_parallel_calls_match_stock_punica(wrapper_cls, name):
+    """o_proj / down_proj / GDN out_proj: one stacked buffer, shrink then expand at an offset,
+    through the vidlora::lora_shrink / lora_expand ops."""
+    mapping = MAPPINGS[name]
+    a, b = _weights(torch.float32, slices=(16,))
+    x = torch.randn(len(mapping), 32)
+    out = torch.randn(len(mapping), 40)
+
+    stock = _wrapper(wrapper_cls, mapping)
+    buf = torch.full((1, len(mapping), 8), 7.0)  # stale values: the shrink must overwrite every row
+    type(stock).add_shrink.__vidlora_orig__(stock, buf, x, a, 1.0)
+    want = out.clone()
+    type(stock).add_expand.__vidlora_orig__(stock, want, buf, b, (16,), offset_start=20, add_inputs=True)
+
+    dense = _wrapper(wrapper_cls, mapping)
+    buf2 = torch.full((1, len(mapping), 8), 7.0)
+    dense.add_shrink(buf2, x, a, 1.0)
+    torch.testing.assert_close(buf2, buf, atol=1e-5, rtol=1e-5)
+    got = out.clone()
+    dense.add_expand(got, buf2, b, (16,), offset_start=20, add_inputs=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[:, :20], out[:, :20]) and torch.equal(got[:, 36:], out[:, 36:])
+
+
+def test_a_call_whose_rows_differ_from_the_plan_runs_punica(wrapper_cls):
+    """A stale plan (another step's token count, a padded batch) is never applied densely."""
+    w = _wrapper(wrapper_cls, [22] * 10)
+    assert dense_lora._dense_segments(w, torch.zeros(10, 32)) == ((0, 10, 1),)
+    assert dense_lora._dense_segments(w, torch.zeros(12, 32)) is None
