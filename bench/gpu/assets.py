@@ -95,11 +95,11 @@ def module_shapes(text: dict) -> list[tuple[str, int, int]]:
     return out
 
 
-def adapter_params(text: dict) -> int:
-    return sum(RANK * (a + b) for _, a, b in module_shapes(text))
+def adapter_params(text: dict, rank: int = RANK) -> int:
+    return sum(rank * (a + b) for _, a, b in module_shapes(text))
 
 
-def write_adapter(path: Path, text: dict, seed: int, device: str) -> int:
+def write_adapter(path: Path, text: dict, seed: int, device: str, rank: int = RANK) -> int:
     import torch
     from safetensors.torch import save_file
 
@@ -108,14 +108,14 @@ def write_adapter(path: Path, text: dict, seed: int, device: str) -> int:
     tensors = {}
     for name, fan_in, fan_out in module_shapes(text):
         # Small random values: A ~ N(0, 1/in), B ~ N(0, 1e-3): finite, non-zero updates.
-        a = torch.randn(RANK, fan_in, generator=g, device=device) / fan_in ** 0.5
-        b = torch.randn(fan_out, RANK, generator=g, device=device) * 1e-3
+        a = torch.randn(rank, fan_in, generator=g, device=device) / fan_in ** 0.5
+        b = torch.randn(fan_out, rank, generator=g, device=device) * 1e-3
         tensors[f"{name}.lora_A.weight"] = a.to(torch.bfloat16).cpu()
         tensors[f"{name}.lora_B.weight"] = b.to(torch.bfloat16).cpu()
     save_file(tensors, str(path / "adapter_model.safetensors"))
     cfg = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": None,
-        "r": RANK, "lora_alpha": ALPHA, "lora_dropout": 0.0, "bias": "none",
+        "r": rank, "lora_alpha": ALPHA * rank // RANK, "lora_dropout": 0.0, "bias": "none",
         "fan_in_fan_out": False, "inference_mode": True, "use_rslora": False,
         "target_modules": GDN + ATTN + MLP, "modules_to_save": None,
         "rank_pattern": {}, "alpha_pattern": {},
@@ -124,7 +124,8 @@ def write_adapter(path: Path, text: dict, seed: int, device: str) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers: int | None = None) -> dict:
+def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers: int | None = None,
+          rank: int = RANK) -> dict:
     import torch
 
     t0 = time.perf_counter()
@@ -140,10 +141,10 @@ def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sizes = []
     for k in range(n_adapters):
-        sizes.append(write_adapter(out / "adapters" / f"a{k:02d}", text, 1000 + k, device))
+        sizes.append(write_adapter(out / "adapters" / f"a{k:02d}", text, 1000 + k, device, rank))
     info = {"shape": shape, "layers": text["num_hidden_layers"], "model": str(model), "adapters": n_adapters,
-            "adapter_bytes": sizes[0] if sizes else 0, "adapter_params": adapter_params(text),
-            "rank": RANK, "seconds": round(time.perf_counter() - t0, 1)}
+            "adapter_bytes": sizes[0] if sizes else 0, "adapter_params": adapter_params(text, rank),
+            "rank": rank, "seconds": round(time.perf_counter() - t0, 1)}
     (out / "assets.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
@@ -156,10 +157,11 @@ def main() -> None:
     p.add_argument("--tiny-base", type=Path, default=TINY)
     p.add_argument("--layers", type=int, default=None,
                    help="fewer language-model layers of the same shapes (a multiple of 4)")
+    p.add_argument("--rank", type=int, default=RANK)
     a = p.parse_args()
     if a.layers is not None and (a.layers < 4 or a.layers % 4):
         p.error("--layers must be a positive multiple of 4 (3 GDN layers : 1 attention layer)")
-    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base, a.layers)))
+    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base, a.layers, a.rank)))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,18 @@ class Bench:
         extra = json.loads(a.llm_kwargs) if a.llm_kwargs else {}
 
         class BenchHost(eh.EngineHost):
+            def _device_check(self, reg):
+                # Dummy weights: a noise model's logprobs barely move under a small adapter and
+                # its greedy text repeats, so the effect check and the canary cannot judge here.
+                # vLLM's own load still runs; the registration (host checks) is the worker's.
+                from dataclasses import replace
+
+                lora = self._lora_for(reg)
+                self.llm.llm_engine.add_lora(lora)
+                self._touch_adapters([lora.lora_int_id])
+                self._sync_mirror()
+                return replace(reg, stage="device", checks={"bench": "device checks skipped: dummy weights"})
+
             def engine_kwargs(self) -> dict[str, Any]:
                 kw = super().engine_kwargs()
                 kw["limit_mm_per_prompt"] = {"video": 0, "image": 0}  # text-only stand-in
@@ -139,7 +151,7 @@ class Bench:
         self.sampling_params = sampling_params
         settings = Settings(
             model=str(self.assets / "model"), max_loras=a.max_loras, max_cpu_loras=a.max_cpu_loras,
-            max_lora_rank=64, max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
+            max_lora_rank=a.max_lora_rank, max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
             gpu_memory_utilization=a.gpu_mem, enforce_eager=a.eager, served_model_name="",
             kv_cache_memory_bytes=a.kv_bytes or None, adapter_root=str(self.assets / "adapters"))
         self.host = BenchHost(settings)
@@ -310,7 +322,24 @@ class Bench:
                 out.append([by_key[ids[item.id]] for item in b])
         return out
 
-    def phase(self, name: str) -> None:
+    def phase(self, full_name: str) -> None:
+        """``NAME`` or ``NAME@punica``: the same phase with engine_patch's dense LoRA path off,
+        on this engine (issue 14's side-by-side), with each phase's LoRA path counts."""
+        name, _, path = full_name.partition("@")
+        dense = _dense_lora()
+        if dense is not None:
+            dense.set_enabled(path != "punica")
+            before = dense.counts()
+        try:
+            self._phase(name, full_name)
+        finally:
+            if dense is not None:
+                dense.set_enabled(True)
+                row = self.results["phases"].get(full_name)
+                if isinstance(row, dict):
+                    row["lora_path"] = {k: v - before[k] for k, v in dense.counts().items()}
+
+    def _phase(self, name: str, full_name: str) -> None:
         a = self.args
         n = a.n_req
         A3 = self.adapters3()
@@ -326,6 +355,8 @@ class Bench:
             row = self.run_bare([self.requests(n, ["a00"], "one")])
         elif name == "bare_mixed3":
             row = self.run_bare([self.requests(n, A3, "mixed")])
+        elif name == "host_one":
+            row = self.run_host([self.requests(n, ["a00"], "hone")])
         elif name == "bare_sorted3":
             reqs = sorted(self.requests(n, A3, "sorted"), key=lambda r: r.adapter_name)
             row = self.run_bare([reqs])
@@ -343,14 +374,16 @@ class Bench:
             row = self.adapters20()
         else:
             raise ValueError(f"unknown phase {name}")
-        self.results["phases"][name] = row
-        self.log(f"{name}: {json.dumps(row)[:400]}")
+        self.results["phases"][full_name] = row
+        self.log(f"{full_name}: {json.dumps(row)[:400]}")
 
     def prefill(self, name: str) -> dict[str, Any]:
         """16 prompts x prompt_len, 1 output token: the time is (almost) all prefill."""
         kind = name.split("_", 1)[1]
-        ads = {"nolora": [None], "one": ["a00"], "mixed3": self.adapters3()}[kind]
+        ads = {"nolora": [None], "one": ["a00"], "mixed3": self.adapters3(), "sorted3": self.adapters3()}[kind]
         reqs = self.requests(self.args.max_num_seqs, ads, name, out_len=1)
+        if kind == "sorted3":
+            reqs.sort(key=lambda r: r.adapter_name)
         row = self.run_bare([reqs])
         fl = sum(flops_per_prompt(self.cfg, self.args.prompt_len) for _ in reqs)
         # use the real token count, not the nominal one
@@ -427,6 +460,18 @@ class Bench:
         swap = []
         for nm in names[self.args.max_loras:]:
             swap.append(one(nm))
+        resident_all = None
+        if self.args.max_loras >= len(names):
+            # Every adapter in its own GPU slot: one pass loads them, a second must swap nothing.
+            for nm in names:
+                one(nm)
+            first = list((self.host.vllm_lora_state() or {}).get("active", []))
+            second = [one(nm) for nm in names]
+            state_now = self.host.vllm_lora_state() or {}
+            resident_all = {"adapters": len(names), "slots_active": len(state_now.get("active", [])),
+                            "same_slots_after_second_pass": sorted(first) == sorted(state_now.get("active", [])),
+                            "req_ms_median": round(statistics.median(second), 2),
+                            "req_ms_max": round(max(second), 2)}
         state = self.host.vllm_lora_state()
         mem = self.memory_facts()
         direct_ms = self._direct_activate(names)
@@ -439,7 +484,7 @@ class Bench:
                 "req_ms_swap_in_median": round(statistics.median(swap), 2) if swap else None,
                 "swap_in_cost_ms": (round(statistics.median(swap) - statistics.median(resident), 2)
                                     if swap else None),
-                "direct_activate_ms": direct_ms,
+                "direct_activate_ms": direct_ms, "all_resident": resident_all,
                 "memory_after": mem}
 
     def _direct_activate(self, names: list[str]) -> Any:
@@ -484,6 +529,17 @@ class Bench:
         return 0
 
 
+def _dense_lora():
+    """engine_patch's dense LoRA module when it is applied in this process, else None."""
+    import engine_patch
+
+    if "dense_lora" not in (engine_patch.applied() or []):
+        return None
+    from engine_patch.patches import dense_lora
+
+    return dense_lora
+
+
 def _sync(torch) -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -515,6 +571,7 @@ def main() -> int:
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--max-cpu-loras", type=int, default=20)
     p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-lora-rank", type=int, default=64)
     p.add_argument("--max-model-len", type=int, default=16384)
     p.add_argument("--gpu-mem", type=float, default=0.9)
     p.add_argument("--kv-bytes", type=int, default=0)

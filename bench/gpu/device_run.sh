@@ -48,11 +48,11 @@ assets() {
   fi
 }
 
-bench() {  # label patch eager phases
-  local label=$1 patch=$2 eager=$3 phases=$4 extra=""
-  [ "$eager" = 1 ] && extra="--eager"
+bench() {  # label patch eager phases [assets] [more bench_engine args]
+  local label=$1 patch=$2 eager=$3 phases=$4 assets=${5:-$ASSETS} extra=${6:-}
+  [ "$eager" = 1 ] && extra="$extra --eager"
   log "bench $label"
-  timeout $(( $(left) - 5 )) python3 -m bench.gpu.bench_engine --assets $ASSETS --label $label \
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.bench_engine --assets $assets --label $label \
     --json $RES/$label.json --patch $patch $extra --phases $phases --llm-kwargs "$GPUKW" \
     --deadline $((END - 10)) --min-phase-s 20 > $RES/$label.log 2>&1
   log "bench $label rc=$?"
@@ -144,6 +144,9 @@ field_27b() {  # LAYERS: 16 keeps every layer's shapes (and 3 GDN : 1 attention)
   cell 27b b27_off_eager_pdl $D/model off 1 1 "$KW" $D/adapters/a00 $D/adapters/a01
 }
 
+# Issue 14: each phase with engine_patch's dense LoRA path (NAME) and without it (NAME@punica)
+# on the same engine; the most telling first, in case the call runs out of time.
+DENSE_PHASES=warmup,bare_nolora,bare_one,bare_one@punica,host_grouped3,host_grouped3@punica,host_mixed3,host_mixed3@punica,prefill_nolora,prefill_one,prefill_one@punica,prefill_sorted3,prefill_sorted3@punica,bare_mixed3,bare_mixed3@punica,bare_nolora_repeat
 MAIN_PHASES=MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare_grouped3,host_grouped3,adapters20,prefill_nolora,prefill_one,profile,bare_nolora_repeat,bare_sorted3,prefill_mixed3
 case $STAGE in
   main)
@@ -191,6 +194,21 @@ case $STAGE in
     [ $(left) -gt 100 ] && fault off
     [ $(left) -gt 120 ] && rebuild on
     [ $(left) -gt 200 ] && verify off
+    ;;
+  dense)  # issue 14: rank 64, 20 adapters in 20 GPU slots beside the base, dense vs Punica phases
+    assets
+    bench dense_r64_slots20 on 0 ${DENSE_PHASES/host_mixed3@punica,/host_mixed3@punica,adapters20,} $ASSETS "--max-loras 20 --max-cpu-loras 20 --n-req 32"
+    ;;
+  dense_check)  # issue 14: the module microbenchmark (fp32-checked), then verify with the dense path
+    log "lora_paths"
+    timeout $(( $(left) - 5 )) python3 -m bench.lora_paths --shape 27b --json $RES/lora_paths_h200.json > $RES/lora_paths.log 2>&1
+    log "lora_paths rc=$?"; grep LAYER $RES/lora_paths.log
+    [ $(left) -gt 200 ] && verify on
+    ;;
+  dense_r128)  # issue 14: rank 128, 3 adapters in 4 slots, dense vs Punica phases
+    local_assets=$SCRATCH/vl128
+    [ -f $local_assets/assets.json ] || python3 -m bench.gpu.assets --out $local_assets --adapters 3 --rank 128 > $RES/assets128.log 2>&1 || log "assets128 FAILED"
+    bench dense_r128 on 0 warmup,bare_nolora,bare_one,bare_one@punica,host_grouped3,host_grouped3@punica,host_mixed3,host_mixed3@punica,prefill_one,prefill_one@punica,prefill_nolora $local_assets "--max-lora-rank 128 --n-req 32"
     ;;
   tiny)
     [ -f $REPO/engine_patch/verify/ ] && verify on

@@ -164,6 +164,16 @@ def _count(path: str) -> None:
         _counts[path] += 1
 
 
+_enabled = True
+
+
+def set_enabled(on: bool) -> None:
+    """Turn the dense path off (and on again) in a running process, so a benchmark measures
+    Punica and dense side by side on one engine. Production uses VIDLORA_DENSE_LORA."""
+    global _enabled
+    _enabled = bool(on)
+
+
 def max_segments() -> int:
     return max(1, int(os.environ.get("VIDLORA_DENSE_LORA_MAX_SEGMENTS", DEFAULT_MAX_SEGMENTS)))
 
@@ -175,7 +185,7 @@ def _capturing(x: torch.Tensor) -> bool:
 def _dense_segments(wrapper, x: torch.Tensor):
     """The runs to apply densely for this call, or None for Punica."""
     plan = getattr(wrapper, "_vidlora_plan", None)
-    if plan is None or plan.n_tokens != x.shape[0] or _capturing(x):
+    if plan is None or not _enabled or plan.n_tokens != x.shape[0] or _capturing(x):
         return None
     return plan.segments
 

@@ -1,0 +1,189 @@
+"""LoRA linears, side by side in one process: base GEMM alone, + Punica, + dense (issue 14).
+
+Each module of one Qwen3.5 layer runs through vLLM's own Punica wrapper of this platform
+(`PunicaWrapperGPU` with Triton on CUDA, `PunicaWrapperCPU` otherwise) with engine_patch
+applied: the stock Punica side is the same wrapper with the dense path switched off
+(`dense_lora.set_enabled(False)`), so both sides share the wrapper, the weights and the inputs.
+Every case is also checked against an fp32 reference of `x W^T + x A^T B^T`: the error of each
+path's LoRA delta relative to the delta's largest entry.
+
+    python -m bench.lora_paths --shape 27b --json bench/results/lora_paths_h200.json   # H200
+    python -m bench.lora_paths --shape cpu --json bench/results/lora_paths_cpu.json    # CPU
+
+Ratios are (base + LoRA) / base time; "layer" weighs GDN layers 3 : 1 attention, as Qwen3.5
+stacks them, with the MLP in every layer.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+# (module, layer kind, input width, output slices, row-parallel)
+SHAPES = {
+    "27b": dict(hidden=5120, gdn_qkvz=(2048, 2048, 6144, 6144), gdn_ba=(48, 48), gdn_v=6144,
+                attn_qkv=(12288, 1024, 1024), attn_o=6144, mlp=17408),
+    "cpu": dict(hidden=1024, gdn_qkvz=(256, 256, 1024, 1024), gdn_ba=(8, 8), gdn_v=1024,
+                attn_qkv=(2048, 256, 256), attn_o=1024, mlp=3072),
+}
+SLOT_IDS = [1, 2, 3, None]
+
+
+def modules(s: dict) -> list[tuple[str, str, int, tuple[int, ...], bool]]:
+    h = s["hidden"]
+    return [
+        ("gdn.in_proj_qkvz", "gdn", h, s["gdn_qkvz"], False),
+        ("gdn.in_proj_ba", "gdn", h, s["gdn_ba"], False),
+        ("gdn.out_proj", "gdn", s["gdn_v"], (h,), True),
+        ("attn.qkv_proj", "attn", h, s["attn_qkv"], False),
+        ("attn.o_proj", "attn", s["attn_o"], (h,), True),
+        ("mlp.gate_up_proj", "mlp", h, (s["mlp"], s["mlp"]), False),
+        ("mlp.down_proj", "mlp", s["mlp"], (h,), True),
+    ]
+
+
+def make_wrapper(device: str, max_tokens: int, rank: int, index_mapping: tuple[int, ...]):
+    if device == "cuda":
+        from vllm.lora.punica_wrapper.punica_gpu import PunicaWrapperGPU as cls
+    else:
+        from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU as cls
+    from vllm.lora.layers import LoRAMapping
+
+    kwargs = {"max_loras": len(SLOT_IDS)}
+    try:  # 0.32 reads lora_config in meta_args; 0.26 takes only max_loras
+        from vllm.config.lora import LoRAConfig
+
+        kwargs["lora_config"] = LoRAConfig(max_lora_rank=rank, max_loras=len(SLOT_IDS))
+    except Exception:  # noqa: BLE001
+        pass
+    w = cls(max_tokens, 64, device, **kwargs)
+    mapping = LoRAMapping(index_mapping=index_mapping, prompt_mapping=(index_mapping[-1],), is_prefill=True)
+    extra = [0] if "extra_vocab_size" in inspect.signature(cls.update_metadata).parameters else []
+    w.update_metadata(mapping, SLOT_IDS, len(SLOT_IDS), 248320, *extra)
+    return w
+
+
+def timer(device: str):
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=25, rep=100)
+
+    def cpu(fn, reps: int = 5) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts)
+    return cpu
+
+
+def case(device, dtype, in_w, slices, row, rank, tokens, mapping, bench):
+    from engine_patch.patches import dense_lora
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    out_w = sum(slices)
+    x = torch.randn(tokens, in_w, generator=g).to(device, dtype)
+    W = (torch.randn(out_w, in_w, generator=g) / in_w ** 0.5).to(device, dtype)
+    A = tuple((torch.randn(len(SLOT_IDS), 1, rank, in_w, generator=g) / in_w ** 0.5).to(device, dtype) for _ in slices)
+    B = tuple((torch.randn(len(SLOT_IDS), 1, n, rank, generator=g) / rank ** 0.5).to(device, dtype) for n in slices)
+    w = make_wrapper(device, max(tokens, 256), rank, mapping)
+    y = torch.empty(tokens, out_w, device=device, dtype=dtype)
+
+    def base():
+        torch.mm(x, W.t(), out=y)
+
+    def with_lora():
+        torch.mm(x, W.t(), out=y)
+        if row:
+            buf = torch.zeros((1, tokens, rank), dtype=torch.float32, device=device)
+            w.add_shrink(buf, x, A, 1.0)
+            w.add_expand(y, buf, B, slices, offset_start=0, add_inputs=True)
+        else:
+            w.add_lora_linear(y, x, A, B, 1.0, slices)
+
+    # fp32 reference of the LoRA delta, per token's slot
+    slot_of = {lid: k for k, lid in enumerate(SLOT_IDS) if lid is not None}
+    slots = torch.tensor([slot_of.get(m, -1) for m in mapping], device=device)
+    ref = torch.zeros(tokens, out_w, device=device)
+    xf = x.float()
+    for s in set(slots.tolist()) - {-1}:
+        rows = slots == s
+        off = 0
+        for a, b, n in zip(A, B, slices):
+            ref[rows, off:off + n] = (xf[rows] @ a[s, 0].float().t()) @ b[s, 0].float().t()
+            off += n
+    base()
+    y0 = y.float().clone()
+    res = {"base_ms": bench(base)}
+    for path, on in (("punica", False), ("dense", True)):
+        dense_lora.set_enabled(on)
+        before = dense_lora.counts()
+        with_lora()
+        ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
+        err = ((y.float() - y0) - ref).abs().max().item() / max(ref.abs().max().item(), 1e-12)
+        res[path] = {"ms": bench(with_lora), "ratio": None, "rel_err_vs_fp32": err, "ran": ran}
+        res[path]["ratio"] = res[path]["ms"] / res["base_ms"]
+    dense_lora.set_enabled(True)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="27b")
+    ap.add_argument("--tokens", default="")
+    ap.add_argument("--ranks", default="64,128")
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args()
+    import engine_patch
+    from engine_patch.env import versions
+
+    applied = engine_patch.apply()
+    if "dense_lora" not in applied:
+        raise SystemExit(f"dense_lora not applied ({applied}); unset VIDLORA_DENSE_LORA=off")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16
+    tokens = [int(t) for t in (a.tokens or ("256,2048,8192" if device == "cuda" else "64,512")).split(",")]
+    bench = timer(device)
+    shape = SHAPES[a.shape]
+    rows = []
+    for rank in [int(r) for r in a.ranks.split(",")]:
+        for T in tokens:
+            third = T // 3
+            layouts = {"1 adapter": (1,) * T, "3 runs": (1,) * third + (2,) * third + (3,) * (T - 2 * third)}
+            for layout, mapping in layouts.items():
+                for name, kind, in_w, slices, row in modules(shape):
+                    r = case(device, dtype, in_w, slices, row, rank, T, mapping, bench)
+                    rows.append({"rank": rank, "tokens": T, "layout": layout, "module": name, "kind": kind, **r})
+                    print(f"[lora_paths] r={rank} T={T} {layout:9s} {name:18s} base {r['base_ms']:.3f} ms  "
+                          f"punica x{r['punica']['ratio']:.3f} (err {r['punica']['rel_err_vs_fp32']:.1e})  "
+                          f"dense x{r['dense']['ratio']:.3f} (err {r['dense']['rel_err_vs_fp32']:.1e})", flush=True)
+    layers = []
+    for rank in sorted({r["rank"] for r in rows}):
+        for T in tokens:
+            for layout in ("1 adapter", "3 runs"):
+                sel = [r for r in rows if r["rank"] == rank and r["tokens"] == T and r["layout"] == layout]
+                wt = {"gdn": 3, "attn": 1, "mlp": 4}
+                tot = {k: sum(wt[r["kind"]] * (r[k]["ms"] if k != "base_ms" else r[k]) for r in sel)
+                       for k in ("base_ms", "punica", "dense")}
+                layers.append({"rank": rank, "tokens": T, "layout": layout,
+                               "punica_ratio": tot["punica"] / tot["base_ms"], "dense_ratio": tot["dense"] / tot["base_ms"],
+                               "max_rel_err": {p: max(r[p]["rel_err_vs_fp32"] for r in sel) for p in ("punica", "dense")}})
+                L = layers[-1]
+                print(f"[lora_paths] LAYER r={rank} T={T} {layout}: punica x{L['punica_ratio']:.3f} dense x{L['dense_ratio']:.3f} "
+                      f"max err punica {L['max_rel_err']['punica']:.1e} dense {L['max_rel_err']['dense']:.1e}", flush=True)
+    out = {"command": "python -m bench.lora_paths " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v),
+           "device": device, "versions": versions(), "shape": a.shape, "dtype": str(dtype), "rows": rows, "layers": layers}
+    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
