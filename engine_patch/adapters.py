@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .env import restore_transformers_configs
+
 # PEFT members that vLLM packs into one layer: missing members are zero-filled so the
 # packed layer sees every member (failure 1) and the math is unchanged (0 @ 0 = 0).
 PACKED_GROUPS = (
@@ -72,6 +74,7 @@ def _config_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
     import torch
     import transformers
 
+    restore_transformers_configs()  # an engine in this process may have replaced it
     cfg = transformers.AutoConfig.from_pretrained(str(model_path))
     multimodal = hasattr(cfg, "vision_config")
     auto = transformers.AutoModelForImageTextToText if multimodal else transformers.AutoModelForCausalLM

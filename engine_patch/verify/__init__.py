@@ -94,6 +94,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..env import restore_transformers_configs
+
 log = logging.getLogger("engine_patch.verify")
 
 DEFAULT_LENGTHS = (16, 127, 128, 129, 450, 1024, 2048, 4096, 8192)
@@ -317,11 +319,7 @@ def generate(llm, prompts: list[list[int]], loras: list[Any], n: int) -> list[di
 def _hf_class(model: Path):
     import transformers
 
-    # vLLM 0.26 registers its own Qwen3_5Config with AutoConfig when it parses a qwen3_5
-    # checkpoint; a later transformers load in this process then builds transformers' model
-    # from vLLM's config class and fails (shared GPU notes). Put transformers' own back.
-    if hasattr(transformers, "Qwen3_5Config"):
-        transformers.AutoConfig.register("qwen3_5", transformers.Qwen3_5Config, exist_ok=True)
+    restore_transformers_configs()
     if _model_is_multimodal(model):
         return transformers.AutoModelForImageTextToText
     return transformers.AutoModelForCausalLM
