@@ -76,7 +76,7 @@ def lora_path_counts() -> dict[str, int]:
     try:
         from engine_patch.patches import dense_lora
     except ImportError:
-        return {"dense": 0, "punica": 0}
+        return {"dense": 0, "punica": 0, "base": 0}
     return dense_lora.counts()
 
 

@@ -376,7 +376,7 @@ class EngineHost:
         if self.vllm_lora_state() is None:
             return None
         now = lora_path_counts()
-        return {path: now.get(path, 0) - before.get(path, 0) for path in ("dense", "punica")}
+        return {path: n - before.get(path, 0) for path, n in now.items()}
 
     def _register_batch(self, requests: Sequence[AnalysisRequest]) -> None:
         # Before the guard runs the batch: a changed adapter is registered anew (and its

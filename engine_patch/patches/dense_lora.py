@@ -31,8 +31,8 @@ shrink and no expand, as index -1 does under `lora_index_mask`.
 
 Switch: `VIDLORA_DENSE_LORA=off` keeps stock Punica (the benchmark's comparison side);
 `VIDLORA_DENSE_LORA_MAX_SEGMENTS` (default 4) bounds the runs a dense step may have.
-`counts()` says how many module applications ran each way in this process; the engine host
-reports it per batch.
+`counts()` says how many module applications ran each way in this process (dense, punica, or
+base: a step without adapter tokens); the engine host reports it per batch.
 """
 from __future__ import annotations
 
@@ -145,7 +145,8 @@ def _zero_outside(out: torch.Tensor, segments) -> None:
 
 # -- which path: the plan, the counters, the ops --------------------------------------------------
 
-_counts = {"dense": 0, "punica": 0}
+# "base": a step with no adapter tokens (the shrink writes zeros, nothing is added).
+_counts = {"dense": 0, "punica": 0, "base": 0}
 _counts_lock = threading.Lock()
 # key -> Punica wrapper, so the ops take a plain int; weak, so a closed engine's wrapper goes.
 _wrappers: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
@@ -197,7 +198,7 @@ def _shrink(wrapper, y, x: torch.Tensor, lora_a, scale: float) -> None:
         _count("punica")
         type(wrapper).add_shrink.__vidlora_orig__(wrapper, y, x, tuple(lora_a), scale)
         return
-    _count("dense")
+    _count("dense" if segments else "base")
     # The CPU's stock op computes the shrink in fp32; the GPU's accumulates in fp32 and its
     # expand rounds the result to the weights' dtype, which one bf16 GEMM does too.
     compute = torch.float32 if x2.device.type == "cpu" else x2.dtype

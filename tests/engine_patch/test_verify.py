@@ -87,14 +87,15 @@ def text_prefix_adapter(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _verify(tmp_path, *extra: str, timeout: int = 600, adapters: list[Path] | None = None) -> tuple[int, dict, str]:
+def _verify(tmp_path, *extra: str, timeout: int = 600, adapters: list[Path] | None = None,
+            env: dict[str, str] | None = None) -> tuple[int, dict, str]:
     root = tiny_model()
     out = tmp_path / "verify.json"
     cmd = [sys.executable, "-m", "engine_patch.verify", "--model", str(root / "base"),
            "--max-new-tokens", "8", "--json", str(out), *extra]
     for a in adapters if adapters is not None else full_adapters(root):
         cmd += ["--adapter", str(a)]
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO))
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO), **(env or {}))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.exists(), proc.stderr[-3000:]
     return proc.returncode, json.loads(out.read_text()), proc.stdout
@@ -111,6 +112,17 @@ def test_verify_passes_on_every_tiny_adapter(tmp_path):
     assert len(res["mixed"]) == 9 and all(m["ok"] for m in res["mixed"])
     assert res["long_short"] and all(e["ok"] for e in res["long_short"])
     assert res["tolerance"]["k"] > 1 and "VERIFY PASS" in stdout
+    # Both LoRA paths ran: dense for one-adapter steps, Punica for the 5-run mixed batch.
+    assert res["lora_paths"]["dense"] > 0 and res["lora_paths"]["punica"] > 0, res["lora_paths"]
+
+
+@pytest.mark.engine
+def test_verify_passes_with_the_dense_path_switched_off(tmp_path):
+    """VIDLORA_DENSE_LORA=off: every other patch, Punica for every step, still == merged."""
+    rc, res, stdout = _verify(tmp_path, "--checks", "a", "--lengths", "16,450", env={"VIDLORA_DENSE_LORA": "off"})
+    assert rc == 0, (res["failures"], res["errors"])
+    assert "dense_lora" not in res["patches"] and "lora_index_mask" in res["patches"]
+    assert "lora_paths" not in res and "VERIFY PASS" in stdout
 
 
 @pytest.mark.engine

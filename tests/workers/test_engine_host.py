@@ -258,6 +258,22 @@ def test_adapter_loads_mirror_vllm(host, frames, model_dir) -> None:
 
 
 @pytest.mark.engine
+def test_a_batch_is_submitted_by_adapter_and_reports_its_lora_path(host, model_dir) -> None:
+    """Alternating adapters would make every engine step 6 adapter runs, past engine_patch's
+    dense limit (4), so Punica would apply them; the host submits the batch sorted by adapter
+    (2 runs), every LoRA module of the batch runs dense, and the results' identity says so."""
+    a, b = SCENARIOS[:2]
+    batch = [make_request(f"alt-{k}", [], (a, b)[k % 2], model_dir, timestamps=[], max_tokens=4)
+             for k in range(6)]
+    outs = host.generate(batch)
+    assert [o.request_key for o in outs] == [r.request_key for r in batch]
+    assert all(o.error is None for o in outs), [o.error for o in outs]
+    paths = host.last_lora_paths
+    assert paths is not None and paths["dense"] > 0 and paths["punica"] == 0, paths
+    assert host.identity()["lora_path"] == paths
+
+
+@pytest.mark.engine
 def test_stable_lora_ids(host, model_dir) -> None:
     path = str((model_dir / "adapters" / SCENARIOS[0]).resolve())
     first = host.lora_request(SCENARIOS[0], path)
