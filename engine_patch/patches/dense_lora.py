@@ -21,8 +21,9 @@ How the path is chosen, per step and for free:
   plan allows it, covers exactly this call's rows and no graph is being captured; otherwise it
   runs the stock wrapper method. Captured sizes (decode steps, up to 2 x max_num_seqs tokens)
   therefore replay Punica, reading the device metadata Punica keeps current.
-- Only single-rank engines: with tensor parallelism the row-parallel buffer is all-reduced
-  between the two ops and shards differ; the patch is not applied there.
+- Tested on single-rank engines only (vidlora runs one engine per GPU). Under tensor
+  parallelism the row-parallel layer all-reduces the buffer between the two ops and passes its
+  shard's `offset_start`, both of which the dense ops honour, but no such run has been made.
 
 Numerics mirror the stock op of each platform: on the CPU the shrink runs in fp32 (as the
 torch ops do), on the GPU in the weights' dtype with fp32 accumulation, rounded once, which
