@@ -531,7 +531,14 @@ def short_run() -> dict[str, Any]:
         return train(Path(tmp), PROBE_STEPS, "cpu", workers=0, stop_after=CHECK_STEPS, log=lambda _: None)["check"]
 
 
-def check(recorded: Path = WEIGHTS / "TRAINING.json", tolerance: float = 1e-4) -> dict[str, Any]:
+# Another CPU rounds the same arithmetic otherwise (oneDNN picks kernels per instruction set):
+# 5.4e-4 was measured between two machines of this project's pool (AMD EPYC vs the recording
+# machine). The relative L1 per tensor still moves by far more when the recipe's scale changes
+# (learning rate, steps, which parameters train); the sha256 is the exact check on one machine.
+CHECK_TOLERANCE = 5e-3
+
+
+def check(recorded: Path = WEIGHTS / "TRAINING.json", tolerance: float = CHECK_TOLERANCE) -> dict[str, Any]:
     """Rerun the short run and compare with the one recorded beside the shipped weights (by the
     same code, when they were made): bit for bit where the arithmetic is the same; within
     ``tolerance`` (relative L1 per tensor) where another CPU or library build rounds otherwise.
