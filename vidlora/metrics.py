@@ -41,7 +41,8 @@ GUARD_VERDICTS = Counter("vidlora_guard_verdicts_total", "The engine guard's ver
 RECOVERY_STEPS = Counter("vidlora_recovery_steps_total", "Recovery steps the guard ran", ["step"])
 ADAPTER_LOADS = Counter("vidlora_adapter_loads_total", "Adapters loaded into a device slot (slot misses)")
 LORA_PATH = Counter("vidlora_lora_module_calls_total",
-                    "LoRA module applications on a GPU worker by path (engine_patch.dense_lora: dense or punica)",
+                    "LoRA module calls on a GPU worker by path (engine_patch.dense_lora): dense GEMMs, "
+                    "punica kernels, or base (no token of the step on an adapter)",
                     ["path"])
 ADAPTER_REGISTRATIONS = Counter("vidlora_adapter_registrations_total",
                                 "Adapter registrations on a GPU worker by verdict", ["status"])

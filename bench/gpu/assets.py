@@ -48,6 +48,17 @@ TEXT_CPU_TEST = dict(TEXT_27B, hidden_size=256, intermediate_size=512, num_hidde
                      linear_num_key_heads=2, linear_num_value_heads=4, vocab_size=1024,
                      rope_parameters=dict(TEXT_27B["rope_parameters"], mrope_section=[3, 3, 2]))
 
+# Qwen3.5's vision tower at its released size (the transformers Qwen3_5VisionConfig defaults;
+# 27 blocks, 1152 wide, ~0.4B parameters), for the videos-per-hour run. The tiny model's
+# 2-block tower stays the default: the text-only phases never call it.
+VISION_27B = {
+    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+    "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    "num_position_embeddings": 2304, "hidden_act": "gelu_pytorch_tanh",
+}
+# Qwen3-VL's shipped video pixel budget (whole clip): frames the sampler sized pass unchanged.
+VIDEO_SIZE_QWEN = {"shortest_edge": 4096, "longest_edge": 25165824}
+
 RANK = 64
 ALPHA = 64  # scale 1: vLLM multiplies lora_B by alpha/r at load
 GDN = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
@@ -56,7 +67,7 @@ MLP = ["gate_proj", "up_proj", "down_proj"]
 TINY = Path(__file__).resolve().parents[2] / "var" / "tiny-model" / "base"
 
 
-def model_config(text: dict, tiny_base: Path) -> dict:
+def model_config(text: dict, tiny_base: Path, vision: dict | None = None) -> dict:
     cfg = json.loads((tiny_base / "config.json").read_text())
     tc = dict(cfg["text_config"])
     tc.update(text)
@@ -64,7 +75,7 @@ def model_config(text: dict, tiny_base: Path) -> dict:
     tc["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
     tc["partial_rotary_factor"] = 0.25
     cfg["text_config"] = tc
-    vc = dict(cfg["vision_config"])
+    vc = dict(cfg["vision_config"], **(vision or {}))
     vc["out_hidden_size"] = tc["hidden_size"]  # the merger projects into the text width
     cfg["vision_config"] = vc
     return cfg
@@ -125,7 +136,7 @@ def write_adapter(path: Path, text: dict, seed: int, device: str, rank: int = RA
 
 
 def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers: int | None = None,
-          rank: int = RANK) -> dict:
+          rank: int = RANK, vision: str = "tiny") -> dict:
     import torch
 
     t0 = time.perf_counter()
@@ -134,17 +145,22 @@ def build(out: Path, n_adapters: int, shape: str, tiny_base: Path = TINY, layers
         text = dict(text, num_hidden_layers=layers)
     model = out / "model"
     model.mkdir(parents=True, exist_ok=True)
-    (model / "config.json").write_text(json.dumps(model_config(text, tiny_base), indent=2) + "\n")
+    cfg = model_config(text, tiny_base, VISION_27B if vision == "27b" else None)
+    (model / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     for f in tiny_base.iterdir():  # tokenizer, chat template, processor + generation configs
         if f.name not in ("config.json", "model.safetensors"):
             shutil.copy(f, model / f.name)
+    if vision == "27b":
+        vp = json.loads((model / "video_preprocessor_config.json").read_text())
+        vp["size"] = VIDEO_SIZE_QWEN
+        (model / "video_preprocessor_config.json").write_text(json.dumps(vp, indent=2) + "\n")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sizes = []
     for k in range(n_adapters):
         sizes.append(write_adapter(out / "adapters" / f"a{k:02d}", text, 1000 + k, device, rank))
     info = {"shape": shape, "layers": text["num_hidden_layers"], "model": str(model), "adapters": n_adapters,
             "adapter_bytes": sizes[0] if sizes else 0, "adapter_params": adapter_params(text, rank),
-            "rank": rank, "seconds": round(time.perf_counter() - t0, 1)}
+            "rank": rank, "vision": vision, "seconds": round(time.perf_counter() - t0, 1)}
     (out / "assets.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
@@ -158,10 +174,12 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=None,
                    help="fewer language-model layers of the same shapes (a multiple of 4)")
     p.add_argument("--rank", type=int, default=RANK)
+    p.add_argument("--vision", choices=["tiny", "27b"], default="tiny",
+                   help="the vision tower: the tiny model's, or Qwen3.5's released size (video runs)")
     a = p.parse_args()
     if a.layers is not None and (a.layers < 4 or a.layers % 4):
         p.error("--layers must be a positive multiple of 4 (3 GDN layers : 1 attention layer)")
-    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base, a.layers, a.rank)))
+    print(json.dumps(build(a.out, a.adapters, a.shape, a.tiny_base, a.layers, a.rank, a.vision)))
 
 
 if __name__ == "__main__":

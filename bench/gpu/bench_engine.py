@@ -14,8 +14,11 @@ LoRA manager can be read; both sides of every comparison run the same way.
 
 Requests are text-only stand-ins for the video requests (~2,000 prompt tokens, 128 output
 tokens, ``ignore_eos`` so every request decodes exactly 128): the vision tower is not
-LoRA-adapted and its cost is not what these ratios are about. Each phase writes its row
-into the JSON at once, so a run cut short still leaves what it measured.
+LoRA-adapted and its cost is not what these ratios are about. With ``--videos`` (a
+``bench.gpu.videos`` manifest) the ``videos*`` phases send real video requests instead: every
+clip x every shipped scenario, the frames vidlora's sampler made, through the dispatcher's
+grouping and ``EngineHost.generate``: videos per hour. Each phase writes its row into the JSON
+at once, so a run cut short still leaves what it measured.
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ class Bench:
                                         "started": time.time()}
         self.cfg = json.loads((self.assets / "model" / "config.json").read_text())
         self.deadline = float(args.deadline) if args.deadline else None
+        self.video_dims: dict[str, tuple[int, int, int]] = {}  # request key -> frames, w, h
+        self.clips_used = 0  # each video phase takes clips no earlier phase saw (no cache hits)
 
     # -- bookkeeping ----------------------------------------------------------------------
     def save(self) -> None:
@@ -131,7 +136,8 @@ class Bench:
 
             def engine_kwargs(self) -> dict[str, Any]:
                 kw = super().engine_kwargs()
-                kw["limit_mm_per_prompt"] = {"video": 0, "image": 0}  # text-only stand-in
+                # Text-only stand-ins, unless a videos manifest brings real frames.
+                kw["limit_mm_per_prompt"] = {"video": 1 if a.videos else 0, "image": 0}
                 kw["load_format"] = "dummy"
                 kw.update(extra)
                 return kw
@@ -309,11 +315,13 @@ class Bench:
 
         t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
         by_key = {r.request_key: r for r in reqs}
-        # A stand-in video: 16 frames at 448x512 -> 8 x 224 = 1,792 video tokens.
-        ready = [ReadyAnalysis(id=k, adapter=r.adapter_name or "-", frames=16, width=448,
-                               height=512, max_tokens=r.max_tokens,
+        # A text stand-in counts as a video of 16 frames at 448x512 (8 x 224 = 1,792 tokens);
+        # a real video request as its sampled frames.
+        dims = [self.video_dims.get(r.request_key, (16, 448, 512)) for r in reqs]
+        ready = [ReadyAnalysis(id=k, adapter=r.adapter_name or "-", frames=d[0], width=d[1],
+                               height=d[2], max_tokens=r.max_tokens,
                                ready_since=t0 + timedelta(seconds=k))
-                 for k, r in enumerate(reqs)]
+                 for k, (r, d) in enumerate(zip(reqs, dims))]
         ids = {k: r.request_key for k, r in enumerate(reqs)}
         groups = group_by_adapter(ready, self.args.batch_max_requests, self.args.batch_max_tokens)
         out = []
@@ -366,6 +374,10 @@ class Bench:
             row = self.run_host(self.dispatcher_batches(self.requests(n, A3, "hgroup")))
         elif name == "bare_grouped3":
             row = self.run_bare(self.dispatcher_batches(self.requests(n, A3, "bgroup")))
+        elif name == "videos_warm":  # the vision tower's and the video shapes' first use
+            row = self.run_host(self.dispatcher_batches(self.video_requests(True, full_name, 2, 16)[0]))
+        elif name in ("videos", "videos_nolora"):
+            row = self.videos(adapters=name == "videos", tag=full_name)
         elif name.startswith("prefill_"):
             row = self.prefill(name)
         elif name == "profile":
@@ -392,6 +404,70 @@ class Bench:
         row["model_tflop"] = round(fl / 1e12, 2)
         row["tflops"] = round(fl / row["seconds"] / 1e12, 1)
         row["mfu"] = round(fl / row["seconds"] / PEAK_BF16, 4)
+        return row
+
+    # -- videos: the headline a user plans with ---------------------------------------------
+    def video_manifest(self) -> dict[str, Any]:
+        """bench.gpu.videos' manifest; it may still be sampling beside this engine's start."""
+        path = Path(self.args.videos)
+        while not path.is_file():
+            if self.time_left() < self.args.min_phase_s:
+                raise TimeoutError(f"no videos manifest at {path}")
+            time.sleep(2)
+        return json.loads(path.read_text())
+
+    def video_requests(self, adapters: bool, tag: str, n_clips: int | None = None,
+                       out_len: int | None = None) -> tuple[list, list[dict]]:
+        """One request per (clip, shipped scenario): the clip's frames as the prepare path
+        sampled them for that scenario, the scenario's prompt; scenario k runs on bench adapter
+        a0k (dummy weights). Every request decodes exactly --video-out-len tokens."""
+        from vidlora.config import get_settings
+        from vidlora.engine_io import AnalysisRequest
+        from vidlora.scenarios import load_scenarios
+
+        man = self.video_manifest()
+        n_clips = n_clips or self.args.video_clips
+        clips = man["clips"][self.clips_used:self.clips_used + n_clips]
+        if len(clips) < n_clips:
+            raise ValueError(f"the manifest has {len(man['clips'])} clips; {self.clips_used} are used "
+                             f"and this phase needs {n_clips} unseen ones")
+        self.clips_used += len(clips)
+        s = get_settings()
+        specs = load_scenarios(s.scenarios_file, s.adapter_root)
+        reqs = []
+        for clip in clips:
+            for k, spec in enumerate(specs):
+                fr = clip["frames"][spec.name]
+                ad = f"a{k:02d}" if adapters else None
+                key = f"{tag}-{clip['clip']}-{spec.name}"
+                self.video_dims[key] = (len(fr["files"]), fr["width"], fr["height"])
+                reqs.append(AnalysisRequest(
+                    request_key=key, prompt=spec.prompt, system=spec.system, frames=fr["files"],
+                    timestamps=fr["timestamps"], adapter_name=ad,
+                    adapter_path=str(self.assets / "adapters" / ad) if ad else None,
+                    max_tokens=out_len or self.args.video_out_len, temperature=1.0, top_p=1.0, seed=None))
+        return reqs, clips
+
+    def videos(self, adapters: bool, tag: str) -> dict[str, Any]:
+        """Clips x shipped scenarios through the dispatcher's grouping and EngineHost.generate,
+        as the GPU worker runs them: analyses and videos (every scenario each) per hour."""
+        import resource
+
+        reqs, clips = self.video_requests(adapters, tag)
+        batches = self.dispatcher_batches(reqs)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        row = self.run_host(batches)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        n_sc = len(reqs) // len(clips)
+        row.update(
+            clips=len(clips), scenarios=n_sc, out_len=self.args.video_out_len,
+            frames_per_request=round(statistics.mean(self.video_dims[r.request_key][0] for r in reqs), 2),
+            prompt_tokens_per_request=round(row["prompt_tokens"] / len(reqs), 1),
+            analyses_per_hour=round(len(reqs) / row["seconds"] * 3600),
+            videos_per_hour=round(len(clips) / row["seconds"] * 3600),
+            # The GPU host's own CPU: JPEG reading, the HF processor, scheduling (in-process engine).
+            engine_process_cpu_s_per_analysis=round(
+                (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / len(reqs), 3))
         return row
 
     def profile(self) -> dict[str, Any]:
@@ -577,6 +653,11 @@ def main() -> int:
     p.add_argument("--kv-bytes", type=int, default=0)
     p.add_argument("--batch-max-requests", type=int, default=16)
     p.add_argument("--batch-max-tokens", type=int, default=65536)
+    p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
+                   "videos / videos_nolora phases (video input allowed; may appear after the start)")
+    p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")
+    p.add_argument("--video-out-len", type=int, default=256,
+                   help="tokens every video analysis decodes (ignore_eos)")
     p.add_argument("--llm-kwargs", default="")
     p.add_argument("--deadline", default="", help="epoch seconds; phases that would start "
                    "later than deadline - min_phase_s are skipped")

@@ -215,6 +215,19 @@ case $STAGE in
     [ -f $local_assets/assets.json ] || python3 -m bench.gpu.assets --out $local_assets --adapters 3 --rank 128 > $RES/assets128.log 2>&1 || log "assets128 FAILED"
     bench dense_r128 on 0 warmup,bare_nolora,bare_one,bare_one@punica,host_grouped3,host_grouped3@punica,host_mixed3,host_mixed3@punica,prefill_one,prefill_one@punica,prefill_nolora $local_assets "--max-lora-rank 128 --n-req 32"
     ;;
+  videos)  # issue 14: videos per hour at 27B with the released-size vision tower, the worker's
+           # settings (4 slots, 16 sequences); clips made and sampled (CPU-s per clip) beside the engine start
+    local_assets=$SCRATCH/vl27v
+    [ -f $local_assets/assets.json ] || python3 -m bench.gpu.assets --out $local_assets --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"
+    log "videos: clips + sampling"
+    python3 -m bench.gpu.videos --out $SCRATCH/vid --clips ${VIDEO_CLIPS:-50} --seconds 20 > $RES/videos.log 2>&1 &
+    VP=$!
+    bench videos27b on 0 warmup,videos_warm,videos,videos@punica,videos_nolora $local_assets "--videos $SCRATCH/vid/manifest.json"
+    wait $VP; log "videos rc=$?"
+    # CPU-s per clip again with the GPU idle, and clips/hour from 8 processes at once
+    [ $(left) -gt 60 ] && timeout $(( $(left) - 5 )) python3 -m bench.gpu.videos --out $SCRATCH/vid --parallel-only --workers 8 >> $RES/videos.log 2>&1
+    cp $SCRATCH/vid/manifest.json $RES/videos_manifest.json; tail -3 $RES/videos.log
+    ;;
   tiny)
     [ -f $REPO/engine_patch/verify/ ] && verify on
     [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify/ ] && verify off
