@@ -220,26 +220,33 @@ class EngineHost:
             # vLLM's own load, outside any batch: its errors are the adapter's, not a step's.
             self.llm.llm_engine.add_lora(lora)
             self._touch_adapters([lora.lora_int_id])
-            [change] = check_adapters(self.llm, [lora])
-            sane = canary(self.llm, lora) if change.ok else None
+            checks, refusal = self._judge_adapter(lora)
         except Exception as exc:  # noqa: BLE001 - whatever vLLM raises refuses this adapter only
             log.warning("adapter %s: device check raised", reg.name, exc_info=True)
             verdict = reg.refuse(f"vLLM could not serve it: {type(exc).__name__}: {exc}"[:600], "device")
         else:
-            checks = {"max_logprob_change": round(change.max_logprob_change, 4),
-                      "tokens_differ": change.tokens_differ}
-            if not change.ok:
-                verdict = reg.refuse(f"{change.detail} vs the base model on this engine", "device", **checks)
-            elif not sane.ok:
-                verdict = reg.refuse(f"canary with the adapter: {sane.detail}", "device", **checks)
-            else:
-                verdict = replace(reg, stage="device", checks={**checks, "canary_tokens": list(sane.tokens)[:8]})
+            verdict = (reg.refuse(refusal, "device", **checks) if refusal
+                       else replace(reg, stage="device", checks=checks))
         finally:
             self._sync_mirror()
         if not verdict.ok:
             self._forget_lora(reg.digest)
         self._device_verdicts[reg.digest] = verdict
         return verdict
+
+    def _judge_adapter(self, lora) -> tuple[dict[str, Any], str | None]:
+        """The loaded adapter against the base model on this engine (it must change the output)
+        and its canary (the output must be sane): the checks to record, and the reason to
+        refuse it (None: serve it)."""
+        [change] = check_adapters(self.llm, [lora])
+        checks = {"max_logprob_change": round(change.max_logprob_change, 4),
+                  "tokens_differ": change.tokens_differ}
+        if not change.ok:
+            return checks, f"{change.detail} vs the base model on this engine"
+        sane = canary(self.llm, lora)
+        if not sane.ok:
+            return checks, f"canary with the adapter: {sane.detail}"
+        return {**checks, "canary_tokens": list(sane.tokens)[:8]}, None
 
     def lora_request(self, name: str, path: str):
         """The LoRARequest adapter ``name`` at ``path`` is served with; RequestError with the

@@ -122,17 +122,11 @@ class Bench:
         extra = json.loads(a.llm_kwargs) if a.llm_kwargs else {}
 
         class BenchHost(eh.EngineHost):
-            def _device_check(self, reg):
+            def _judge_adapter(self, lora):
                 # Dummy weights: a noise model's logprobs barely move under a small adapter and
                 # its greedy text repeats, so the effect check and the canary cannot judge here.
-                # vLLM's own load still runs; the registration (host checks) is the worker's.
-                from dataclasses import replace
-
-                lora = self._lora_for(reg)
-                self.llm.llm_engine.add_lora(lora)
-                self._touch_adapters([lora.lora_int_id])
-                self._sync_mirror()
-                return replace(reg, stage="device", checks={"bench": "device checks skipped: dummy weights"})
+                # Everything else (host checks, vLLM's own load, the slot mirror) is the worker's.
+                return {"bench": "device checks skipped: dummy weights"}, None
 
             def engine_kwargs(self) -> dict[str, Any]:
                 kw = super().engine_kwargs()

@@ -115,7 +115,13 @@ def dense_shrink(y, x: torch.Tensor, lora_a_stacked, scale: float, segments, com
 def dense_expand(y: torch.Tensor, x, lora_b_stacked, output_slices, offset_start: int,
                  add_inputs: bool, segments) -> None:
     """``y[rows, slice_i] += x[i][rows] @ B_i[slot]^T`` per run (``=`` when not ``add_inputs``,
-    and then 0 outside the runs, as the stock op writes)."""
+    and then 0 outside the runs, as the stock op writes).
+
+    Rounding follows the stock op of the platform, so that a request gets the same numbers on
+    either path (a one-adapter batch runs dense, a many-adapter batch Punica): the GPU kernel
+    adds its fp32 accumulator to the output and rounds once (``addmm_``); the CPU op rounds the
+    product to the output dtype and then the sum (``mm``, then ``+=``)."""
+    round_twice = not y.is_cuda
     offset = offset_start
     for i, b in enumerate(lora_b_stacked):
         width = output_slices[i]
@@ -130,7 +136,10 @@ def dense_expand(y: torch.Tensor, x, lora_b_stacked, output_slices, offset_start
                 xs = xs.to(y.dtype)
             if w.dtype != y.dtype:
                 w = w.to(y.dtype)
-            cols[start:end].addmm_(xs, w.t())
+            if round_twice:
+                cols[start:end] += torch.mm(xs, w.t())
+            else:
+                cols[start:end].addmm_(xs, w.t())
         offset += width
 
 

@@ -80,7 +80,8 @@ def test_packed_linear_matches_stock_punica(wrapper_cls, name, dtype):
     _wrapper(wrapper_cls, mapping).add_lora_linear(got, x, a, b, 1.0, slices)
     ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
 
-    tol = 1e-5 if dtype == torch.float32 else 0.0625  # bf16: one rounding of the product less
+    # bf16: the dense expand rounds as the stock CPU op does (product, then sum): bit for bit.
+    tol = 1e-5 if dtype == torch.float32 else 0.0
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
     base_rows = [i for i, lid in enumerate(mapping) if lid == 0]
     assert torch.equal(got[base_rows], base_out[base_rows])  # untouched, bit for bit

@@ -144,10 +144,9 @@ def test_refusals_cost_no_engine_step_and_leave_batch_mates_unchanged(classes, s
         assert mixed.error is None and mixed.health["ok"], (name, mixed.error)
         lp = compare(_served(alone), _served(mixed))
         # bf16 batch numerics: identical tokens, logprobs within rounding. A batch of one adapter
-        # takes engine_patch's dense LoRA path and this many-adapter batch may take Punica; their
-        # expands round bf16 differently (0.069 seen), so 0.1 (verify's merged-weight check
-        # is the precision arbiter).
-        assert mixed.token_ids == alone.token_ids and lp["max"] < 0.1, (name, lp)
+        # takes engine_patch's dense LoRA path and this many-adapter batch Punica; the two
+        # round alike (tests/engine_patch/test_dense_lora.py), so what is left is the batch.
+        assert mixed.token_ids == alone.token_ids and lp["max"] < 0.05, (name, lp)
 
 
 def test_rewritten_in_place_is_a_new_adapter(host, classes, tmp_path):
