@@ -3,14 +3,15 @@ shipped scenario by the prepare path, with the CPU-seconds each video costs.
 
     python -m bench.gpu.videos --out DIR [--clips 24] [--seconds 20] [--workers 0]
 
-1. Clips. PyAV encodes 1920x1080 30 fps H.264 clips (High profile, 12 Mb/s, 1 s GOP) of a moving test
-   pattern under per-frame noise. The noise is the point: a flat test pattern decodes far
+1. Clips. PyAV encodes 1920x1080 30 fps H.264 clips (High profile, 12 Mb/s, 1 s GOP) of a
+   moving test pattern under per-frame noise. The noise is the point: a flat test pattern decodes far
    cheaper than footage, and sensor noise is what keeps a phone's bitrate at 10-17 Mb/s.
    Every clip has its own noise seed, so no two clips share a frame (vLLM's multimodal and
    prefix caches would otherwise serve repeats for free).
 2. Sampling. Per clip, what ``tasks.prepare`` does: ``probe_with_table`` once, then
    ``sample_video`` once per distinct sampling policy of ``scenarios.yaml``. CPU = user + sys
-   of this process and every child it waited for (ffprobe, the decode worker), per clip.
+   of this process and every child it waited for (ffprobe, ffmpeg's first-frame check, the
+   decode workers), per clip.
 3. ``--workers N``: the same sampling over all clips by N processes at once (the CPU
    worker's concurrency), timed by the wall clock: clips per hour per N cores, measured.
 
@@ -87,10 +88,11 @@ def sample_clip(clip: str, frames_root: str) -> dict:
 
     s = get_settings()
     path = Path(clip)
+    todo = policies()  # tasks.prepare reads these from the database: not the clip's cost
     c0, w0 = _cpu(), time.perf_counter()
     info, table = probe_with_table(path, s)
     frames: dict[str, dict] = {}
-    for policy, names in policies().values():
+    for policy, names in todo.values():
         out_dir = Path(frames_root) / path.stem / policy.key_hash()
         got = sample_video(path, policy, out_dir, info=info, settings=s, table=table)
         for name in names:
