@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -61,11 +60,6 @@ def make_clip(out: Path, seconds: float, seed: int) -> None:
     src.close()
 
 
-def _cpu() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def policies() -> dict[str, tuple[object, list[str]]]:
     """Distinct sampling policy key -> (policy, scenario names), as tasks.prepare groups them."""
     from vidlora.config import get_settings
@@ -80,16 +74,17 @@ def policies() -> dict[str, tuple[object, list[str]]]:
     return out
 
 
-def sample_clip(clip: str, frames_root: str) -> dict:
-    """One clip through the prepare path; its CPU-seconds (this process and its children)."""
+def sample_clip(clip: str, frames_root: str, todo: dict[str, tuple[object, list[str]]]) -> dict:
+    """One clip through the prepare path for every policy in ``todo`` (``policies()``); its
+    CPU-seconds (this process and its children)."""
+    from bench.sampling import cpu_now
     from vidlora.config import get_settings
     from vidlora.media.frames import sample_video
     from vidlora.media.probe import probe_with_table
 
     s = get_settings()
     path = Path(clip)
-    todo = policies()  # tasks.prepare reads these from the database: not the clip's cost
-    c0, w0 = _cpu(), time.perf_counter()
+    c0, w0 = cpu_now(), time.perf_counter()
     info, table = probe_with_table(path, s)
     frames: dict[str, dict] = {}
     for policy, names in todo.values():
@@ -99,7 +94,7 @@ def sample_clip(clip: str, frames_root: str) -> dict:
             frames[name] = {"files": [str(p) for p in got.paths(out_dir.parent)],
                             "timestamps": got.timestamps, "width": got.width, "height": got.height,
                             "backend": got.backend}
-    return {"clip": path.name, "seconds": info.duration_s, "cpu_s": round(_cpu() - c0, 3),
+    return {"clip": path.name, "seconds": info.duration_s, "cpu_s": round(cpu_now() - c0, 3),
             "wall_s": round(time.perf_counter() - w0, 3), "frames": frames}
 
 
@@ -127,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(a.out)
     manifest = out / "manifest.json"
+    pol = policies()  # tasks.prepare reads them from the database: not a clip's cost
     if a.parallel_only:
         result = json.loads(manifest.read_text())
         clips = [out / "clips" / r["clip"] for r in result["clips"]]
@@ -137,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         with ProcessPoolExecutor(a.make_jobs) as pool:
             list(pool.map(make_clip, clips, [a.seconds] * len(clips), range(1, len(clips) + 1)))
         print(f"[videos] {len(clips)} clips of {a.seconds:g} s made in {time.perf_counter() - t0:.1f} s", flush=True)
-        rows = [sample_clip(str(c), str(out / "frames")) for c in clips]
+        rows = [sample_clip(str(c), str(out / "frames"), pol) for c in clips]
         cpu = [r["cpu_s"] for r in rows]
-        pol = policies()
         result = {
             "command": "python -m bench.gpu.videos " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
@@ -159,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers:
         t0 = time.perf_counter()
         with ProcessPoolExecutor(a.workers) as pool:
-            par = list(pool.map(sample_clip, [str(c) for c in clips], [str(out / "frames-par")] * len(clips)))
+            par = list(pool.map(sample_clip, [str(c) for c in clips], [str(out / "frames-par")] * len(clips),
+                                [pol] * len(clips)))
         wall = time.perf_counter() - t0
         result["parallel"] = {"workers": a.workers, "clips": len(clips), "wall_s": round(wall, 2),
                               "clips_per_hour": round(len(clips) / wall * 3600),
