@@ -1,16 +1,19 @@
 """Normalise a PEFT LoRA adapter to exactly what vLLM's Qwen3.5 model class will place.
 
 vLLM silently drops adapter modules whose names it cannot match (#49354): the adapter
-then "loads" and changes nothing. Here every module is either placed on a real base
-weight with checked shapes, or refused with `AdapterError` naming it. Per-module
-scales (alpha/r, rank_pattern, alpha_pattern, rsLoRA) are folded into lora_B so vLLM's
-single global scale (lora_alpha / r) is exactly 1.0 and cannot disagree with PEFT.
+then "loads" and changes nothing; and it reads neither ``layers_to_transform`` nor
+``exclude_modules``, so tensors PEFT never applies would be applied. Here the config decides,
+as PEFT decides (`peft_config`), which tensors are LoRA layers, at which rank and scale; every
+applied module is placed on a real base weight of the served language model by its module
+tree, with checked shapes, or refused with `AdapterError` naming the adapter's own module or
+the config field. Per-module scales (alpha/r, rank_pattern, alpha_pattern, rsLoRA) are folded
+into lora_B so vLLM's single global scale (lora_alpha / r) is exactly 1.0 and cannot disagree
+with PEFT.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from . import peft_config
 from .env import restore_transformers_configs
 
 # PEFT members that vLLM packs into one layer: missing members are zero-filled so the
@@ -44,7 +48,7 @@ class PreparedAdapter:
     source: Path
     rank: int
     modules: list[str]
-    digest: str           # of the normalised weights: changes iff the math changes
+    digest: str           # of the normalised weights and the config (`digest`)
     notes: list[str] = field(default_factory=list)
 
 
@@ -60,7 +64,7 @@ def base_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
     if not files and (Path(model_path) / "config.json").is_file():
         return _config_modules(Path(model_path))
     if not files:
-        raise AdapterError(f"no *.safetensors in {model_path}")
+        raise AdapterError("the base model has no *.safetensors")
     for f in files:
         with safe_open(str(f), framework="pt") as sf:
             for k in sf.keys():
@@ -82,43 +86,40 @@ def _config_modules(model_path: Path) -> dict[str, tuple[int, ...]]:
         with torch.device("meta"):
             model = auto.from_config(cfg)
     except Exception as exc:  # noqa: BLE001 - an unknown architecture is the adapter's refusal reason
-        raise AdapterError(f"{model_path} has no *.safetensors and its config builds no model: {exc}") from exc
+        raise AdapterError(f"the base model has no *.safetensors and its config builds no model: {exc}") from exc
     return {k[: -len(".weight")]: tuple(v.shape) for k, v in model.state_dict().items() if k.endswith(".weight")}
 
 
 def _lm_prefix(base: dict[str, tuple[int, ...]]) -> str:
     for name in base:
         m = re.match(r"^(.*?)layers\.\d+\.", name)
-        if m and not _TOWER.search(name) and not name.startswith("mtp."):
+        if m and not _TOWER.search(name) and not _MTP.search(name):
             return m.group(1)
     raise AdapterError("cannot find the language model's layers in the base checkpoint")
 
 
-def _canonical(module: str, lm_prefix: str) -> str:
-    """Map any PEFT spelling of a language-model module onto the checkpoint's."""
-    m = re.search(r"(?:^|\.)(layers\.\d+\..+)$", module)
-    return lm_prefix + m.group(1) if m and not _TOWER.search(module) else module
+# Where the language model's layers sit in the models PEFT adapters are trained on: the
+# vision-language class (transformers >= 4.52), its older layout, and the text-only class.
+_LM_SPELLINGS = ("model.language_model.", "language_model.model.", "language_model.", "model.", "")
+_MTP = re.compile(r"(^|\.)mtp\.")
 
 
-PEFT_DEFAULT_ALPHA = 8  # peft.LoraConfig.lora_alpha when a config leaves it out
-
-
-def pattern_key(patterns, module: str) -> str | None:
-    """PEFT's own rule (peft.utils.other.get_pattern_key): the FIRST pattern, in the config's
-    order, that matches the module name anchored at its end on a dot boundary."""
-    for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", module):
-            return key
-    return None
-
-
-def _peft_scale(cfg: dict, module: str, rank: int) -> float:
-    """The scale PEFT multiplies B @ A by for ``module`` (its key as trained, without the
-    ``base_model.model.`` prefix): alpha_pattern first match, else lora_alpha; / r or / sqrt(r)."""
-    alpha_pattern = cfg.get("alpha_pattern") or {}
-    key = pattern_key(alpha_pattern, module)
-    alpha = alpha_pattern[key] if key is not None else cfg.get("lora_alpha", PEFT_DEFAULT_ALPHA)
-    return alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
+def place(module: str, lm_prefix: str, allow_tower: bool = False) -> str:
+    """The checkpoint module an adapter module (named as trained) adapts: one of the served
+    language model's ``layers.N.*`` modules, whatever prefix the training model class gave it.
+    Anything else is refused by the adapter's own name for it."""
+    if _TOWER.search(module):
+        if allow_tower:
+            return module
+        raise AdapterError(f"module {module}: vision-tower LoRA, but the engine serves no tower LoRA")
+    if _MTP.search(module):
+        raise AdapterError(f"module {module}: multi-token-prediction (MTP) module; the engine serves "
+                           "LoRA on the language model's layers only")
+    for prefix in dict.fromkeys((lm_prefix, *_LM_SPELLINGS)):
+        if module.startswith(prefix) and re.match(r"layers\.\d+\.[^.]", module[len(prefix):]):
+            return lm_prefix + module[len(prefix):]
+    raise AdapterError(f"module {module}: not a module of the served language model "
+                       "(LoRA is served on its layers.N.* linear layers only)")
 
 
 def _load_weights(src: Path) -> dict[str, torch.Tensor]:
@@ -128,42 +129,22 @@ def _load_weights(src: Path) -> dict[str, torch.Tensor]:
 
         return load_file(str(st))
     if bin_.exists():
-        return torch.load(str(bin_), map_location="cpu", weights_only=True)
-    raise AdapterError(f"{src}: no adapter_model.safetensors or adapter_model.bin")
+        import pickle
+
+        try:
+            return torch.load(str(bin_), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            # PyTorch's own message advises loading unsafely; the reason must not.
+            raise AdapterError("adapter_model.bin: a pickle that needs code to load (only plain tensors are "
+                               "read); save the adapter as adapter_model.safetensors") from None
+    raise AdapterError("no adapter_model.safetensors or adapter_model.bin")
 
 
-# Config features that change what PEFT computes but that vLLM ignores or rejects: an adapter
-# using one cannot be served exactly, so it is refused (field -> why).
-_UNSERVABLE = {
-    "use_dora": "DoRA (weight-decomposed LoRA) is not supported by vLLM",
-    "lora_bias": "LoRA bias terms (lora_bias) are not applied by vLLM",
-    "modules_to_save": "fully trained modules (modules_to_save) would be ignored by vLLM",
-    "trainable_token_indices": "trained token embeddings (trainable_token_indices) would be ignored by vLLM",
-    "target_parameters": "LoRA on raw parameters (target_parameters) is not supported by vLLM",
-    "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens) is not supported by vLLM",
-    "use_qalora": "QA-LoRA pooling (use_qalora) is not supported by vLLM",
-    "layer_replication": "layer replication is not supported by vLLM",
-    "megatron_config": "Megatron-sharded LoRA layers are not supported by vLLM",
-}
-
-
-def _check_config(cfg: dict, src: Path) -> None:
-    if cfg.get("peft_type", "LORA") != "LORA":
-        raise AdapterError(f"{src}: config peft_type: {cfg.get('peft_type')} is not LORA")
-    if cfg.get("bias", "none") != "none":
-        raise AdapterError(f"{src}: config bias: bias={cfg.get('bias')!r} trains base biases, which vLLM ignores")
-    for key, why in _UNSERVABLE.items():
-        if cfg.get(key):
-            raise AdapterError(f"{src}: config {key}: {why}")
-
-
-def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple[int, ...]],
-              max_rank: int, allow_tower: bool = False) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
-    """-> {checkpoint module: (A [r,in], B_scaled [out,r])}, notes. Pure; unit-testable."""
-    notes: list[str] = []
-    pairs: dict[str, dict[str, torch.Tensor]] = {}
+def _pairs(weights: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """Adapter module (named as trained, without PEFT's ``base_model.model.``) -> {"A", "B"}."""
     if not weights:
         raise AdapterError("adapter has no tensors: it would load and change nothing")
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, t in weights.items():
         m = _KEY.match(key)
         if not m:
@@ -172,33 +153,70 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
                     "a DoRA magnitude vector" if "lora_magnitude_vector" in key else
                     "not a LoRA A/B weight")
             raise AdapterError(f"module {key.rsplit('.lora_', 1)[0]}: tensor {key!r} is {what}")
-        pairs.setdefault(m.group("mod"), {})[m.group("ab")] = t.float()
+        ab = pairs.setdefault(m.group("mod"), {})
+        if m.group("ab") in ab:
+            raise AdapterError(f"module {m.group('mod')}: lora_{m.group('ab')} is given twice")
+        ab[m.group("ab")] = t
+    return pairs
+
+
+def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple[int, ...]],
+              max_rank: int, allow_tower: bool = False) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
+    """-> {checkpoint module: (A [r,in], B_scaled [out,r])}, notes. Pure; unit-testable.
+
+    Exactly what ``PeftModel.from_pretrained`` applies: the config decides which tensors are
+    LoRA layers (the others are left out, as PEFT leaves them out, and named in the notes),
+    their rank and their scale; each applied module is placed by the model's module tree and
+    may be adapted once."""
+    why = peft_config.refusal(cfg)
+    if why:
+        raise AdapterError(why)
+    notes: list[str] = []
     lm_prefix = _lm_prefix(base)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    origin: dict[str, str] = {}  # checkpoint module -> the adapter's name for it
     split: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
-    for mod, ab in sorted(pairs.items()):
+    ignored: list[str] = []
+    zero_scale = False
+    for mod, ab in sorted(_pairs(weights).items()):
+        if not peft_config.targets(cfg, mod):
+            ignored.append(mod)
+            continue
         if set(ab) != {"A", "B"}:
             raise AdapterError(f"module {mod}: has lora_{''.join(ab)} but not both A and B")
-        a, b = ab["A"], ab["B"]
+        a, b = ab["A"].float(), ab["B"].float()
         if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
             raise AdapterError(f"module {mod}: A {tuple(a.shape)} and B {tuple(b.shape)} do not form a LoRA pair")
-        rank = a.shape[0]
         if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
             raise AdapterError(f"module {mod}: non-finite values in lora_A/lora_B")
-        if _TOWER.search(mod) and not allow_tower:
-            raise AdapterError(f"module {mod}: vision-tower LoRA, but the engine serves no tower LoRA")
-        name = _canonical(mod, lm_prefix)
-        b = b * _peft_scale(cfg, mod, rank)
-        leaf = name.rsplit(".", 1)[-1]
+        name = place(mod, lm_prefix, allow_tower)
+        want = peft_config.rank(cfg, mod)
+        if a.shape[0] != want:
+            raise AdapterError(f"module {mod}: its tensors have rank {a.shape[0]} but the config gives it "
+                               f"rank {want} (r / rank_pattern); PEFT refuses to load it (size mismatch)")
+        factor = peft_config.scale(cfg, mod)
+        zero_scale |= factor == 0
+        b = b * factor
+        parent, leaf = name.rsplit(".", 1)
+        twin = (origin.get(f"{parent}.in_proj_qkv") if leaf in _SPLIT_QKV else
+                next((origin[f"{parent}.{s}"] for s in _SPLIT_QKV if f"{parent}.{s}" in origin), None)
+                if leaf == "in_proj_qkv" else None) or origin.get(name)
+        if twin is not None:
+            raise AdapterError(f"module {mod}: {name} is adapted twice (also as {twin})")
+        origin[name] = mod
         if leaf in _SPLIT_QKV:
-            split.setdefault(name.rsplit(".", 1)[0], {})[leaf] = (a, b)
-            continue
-        out[name] = (a, b)
+            split.setdefault(parent, {})[leaf] = (a, b)
+        else:
+            out[name] = (a, b)
+    if ignored:
+        shown = ", ".join(ignored[:4]) + (f" and {len(ignored) - 4} more" if len(ignored) > 4 else "")
+        notes.append(f"left out, as PEFT leaves them out (the config does not target them): {shown}")
     for parent, parts in split.items():
         # Split q/k/v GDN projections -> one in_proj_qkv: A stacked, B block-diagonal.
         target = f"{parent}.in_proj_qkv"
+        names = [origin[f"{parent}.{leaf}"] for leaf in _SPLIT_QKV if leaf in parts]
         if target not in base:
-            raise AdapterError(f"module {parent}.in_proj_q/k/v: base has no {target}")
+            raise AdapterError(f"module {names[0]}: base has no {target}")
         rows = _qkv_rows(base[target][0], parts)
         a_list, b_blocks = [], []
         for leaf, n in zip(_SPLIT_QKV, rows):
@@ -208,19 +226,26 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
             else:
                 b_blocks.append(torch.zeros(n, 0))
         out[target] = (torch.cat(a_list), torch.block_diag(*b_blocks))
+        origin[target] = " + ".join(names)
         notes.append(f"{parent}: merged {sorted(parts)} into in_proj_qkv (rank {out[target][0].shape[0]})")
     for name, (a, b) in out.items():
         if name not in base:
-            raise AdapterError(f"module {name}: no such weight in the base model")
-        o, i = base[name][:2]
+            raise AdapterError(f"module {origin[name]}: no such weight in the base model")
+        if len(base[name]) != 2:
+            raise AdapterError(f"module {origin[name]}: not a linear layer (its base weight has shape {base[name]})")
+        o, i = base[name]
         if a.shape[1] != i or b.shape[0] != o:
-            raise AdapterError(f"module {name}: LoRA maps {a.shape[1]}->{b.shape[0]}, base weight is {i}->{o}")
+            raise AdapterError(f"module {origin[name]}: LoRA maps {a.shape[1]}->{b.shape[0]}, base weight is {i}->{o}")
         if a.shape[0] > max_rank:
-            raise AdapterError(f"module {name}: rank {a.shape[0]} > max_lora_rank {max_rank}")
+            raise AdapterError(f"module {origin[name]}: rank {a.shape[0]} > max_lora_rank {max_rank}")
     _fill_groups(out, base, notes)
     if not out:
-        raise AdapterError("adapter has no LoRA modules")
+        raise AdapterError("the config targets none of the adapter's modules: it would load and change nothing"
+                           if ignored else "adapter has no LoRA modules")
     if all(torch.count_nonzero(b) == 0 or torch.count_nonzero(a) == 0 for a, b in out.values()):
+        if zero_scale:
+            raise AdapterError("adapter is all-zero: lora_alpha (or alpha_pattern) is 0, so PEFT scales "
+                               "its modules by 0 and it would load and change nothing")
         raise AdapterError("adapter is all-zero: it would load and change nothing")
     return out, notes
 
@@ -252,14 +277,28 @@ def _fill_groups(out, base, notes) -> None:
                     notes.append(f"{full}: zero-filled missing packed member")
 
 
-def _digest(mods: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str:
-    h = hashlib.sha256()
+def digest(mods: dict[str, tuple[torch.Tensor, torch.Tensor]], cfg: dict) -> str:
+    """The adapter's identity: its normalised weights AND its whole config, so an adapter whose
+    config changes on disk (a PiSSA twin, an edited target list) is never taken for another."""
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     for name in sorted(mods):
         a, b = mods[name]
         h.update(name.encode())
         h.update(a.contiguous().numpy().tobytes())
         h.update(b.contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def read_config(src: Path) -> dict:
+    try:
+        cfg = json.loads((src / "adapter_config.json").read_text())
+    except FileNotFoundError:
+        raise AdapterError("no adapter_config.json (not a PEFT adapter)") from None
+    except ValueError as exc:
+        raise AdapterError(f"adapter_config.json is not valid JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise AdapterError("adapter_config.json is not a JSON object")
+    return cfg
 
 
 def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
@@ -269,16 +308,12 @@ def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
 
     Callers go through `engine_patch.registration.AdapterRegistry`, the one adapter path."""
     src, model_path, cache_dir = Path(src), Path(model_path), Path(cache_dir)
-    cfg_path = src / "adapter_config.json"
-    if not cfg_path.exists():
-        raise AdapterError(f"{src}: no adapter_config.json")
-    cfg = json.loads(cfg_path.read_text())
-    _check_config(cfg, src)
+    cfg = read_config(src)
     mods, notes = normalise(_load_weights(src), cfg, base if base is not None else base_modules(model_path),
                             max_rank, allow_tower)
-    digest = _digest(mods)
+    ident = digest(mods, cfg)
     rank = max(a.shape[0] for a, _ in mods.values())
-    dst = cache_dir / f"{src.name}-{digest}"
+    dst = cache_dir / f"{src.name}-{ident}"
     if not (dst / "adapter_model.safetensors").exists():
         from safetensors.torch import save_file
 
@@ -291,12 +326,14 @@ def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
             tensors[f"base_model.model.{name}.lora_B.weight"] = b.to(dtype).contiguous()
         save_file(tensors, str(tmp / "adapter_model.safetensors"))
         leaves = sorted({n.rsplit(".", 1)[-1] for n in mods})
-        new_cfg = {k: v for k, v in cfg.items() if k not in ("rank_pattern", "alpha_pattern", "layers_to_transform")}
-        # Scales are folded into B: vLLM's lora_alpha / r must be exactly 1.
-        new_cfg.update(r=rank, lora_alpha=rank, use_rslora=False, target_modules=leaves,
-                       exclude_modules=None, vidlora_source=str(src), vidlora_digest=digest)
+        dropped = ("rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern")
+        new_cfg = {k: v for k, v in cfg.items() if k not in dropped}
+        # What PEFT applies is in the tensors now: scales folded into B (vLLM's lora_alpha / r
+        # must be exactly 1), targets the modules written, a plain LoRA init.
+        new_cfg.update(r=rank, lora_alpha=rank, use_rslora=False, target_modules=leaves, exclude_modules=None,
+                       init_lora_weights=True, vidlora_source=str(src), vidlora_digest=ident)
         (tmp / "adapter_config.json").write_text(json.dumps(new_cfg, indent=2, sort_keys=True))
         shutil.rmtree(dst, ignore_errors=True)
         tmp.rename(dst)
     return PreparedAdapter(name=src.name, path=dst, source=src, rank=rank,
-                           modules=sorted(mods), digest=digest, notes=notes)
+                           modules=sorted(mods), digest=ident, notes=notes)

@@ -5,13 +5,16 @@ The GPU worker's engine host, `verify`, `doctor` and scenario sync all call
 arithmetic: key prefixes, split q/k/v, rank/alpha patterns, rsLoRA folded into lora_B; every
 module placed on a base weight with checked shapes, rank and finiteness) and returns a
 `Registration`: either the normalised adapter vLLM will load, identified by the content
-hash of its normalised weights, or a refusal that names the module (or config field) and
+hash of its normalised weights and config, or a refusal that names the module (or config field) and
 why. Nothing else hands an adapter directory to vLLM, so what `verify` proves is what the
 worker serves.
 
 The host-side verdict is cached per source directory and file fingerprint (names, sizes,
 mtimes), so a re-sync does not re-read twenty large adapters, and an adapter rewritten in
-place is read again and gets a new identity. The engine host adds the device-side verdict
+place (weights or config) is read again and gets a new identity: the digest covers the
+normalised weights and the whole config. Reasons name files relative to the adapter, never a
+server path; links that lead outside the adapter root are refused unless
+``adapter_links_outside_root`` allows them. The engine host adds the device-side verdict
 (vLLM loads it, it changes the output vs the base model, its canary is healthy) on top.
 """
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -36,7 +40,7 @@ class Registration:
     source: str
     ok: bool
     reason: str | None = None
-    digest: str | None = None        # content hash of the normalised weights: the identity
+    digest: str | None = None        # hash of the normalised weights and config: the identity
     path: str | None = None          # the normalised adapter directory vLLM loads
     rank: int | None = None
     modules: tuple[str, ...] = ()
@@ -65,13 +69,53 @@ def fingerprint(source: Path) -> tuple[tuple[str, int, int], ...] | None:
         return None
 
 
-class AdapterRegistry:
-    """Host-side registration against one base model (thread-safe; cached by fingerprint)."""
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
 
-    def __init__(self, model_path: str | Path, max_rank: int, cache_dir: str | Path) -> None:
+
+def clean_reason(text: str, *places: Path) -> str:
+    """A refusal as shown to users (the Scenarios page, the API, doctor): no server paths (the
+    adapter's own files are named relative to it), no terminal codes, bounded."""
+    for place in sorted({str(p) for p in places if str(p) not in ("", ".")}, key=len, reverse=True):
+        text = text.replace(place + os.sep, "").replace(place, "the adapter directory")
+    return _TERMINAL_CODES.sub("", text)[:600]
+
+
+def outside_link(source: Path, root: Path | None) -> str | None:
+    """Why ``source`` reads something outside its adapter root through a symbolic link, or None.
+
+    The root is ``root`` for an adapter under it (the adapter directory itself may then be a
+    link within the root), else the adapter directory: a file or folder linked elsewhere would
+    let an adapter path read any file of the server."""
+    lexical = Path(os.path.abspath(source))
+    boundary = lexical
+    if root is not None and lexical.is_relative_to(os.path.abspath(root)):
+        boundary = Path(os.path.abspath(root))
+    fence = boundary.resolve()
+    real = lexical.resolve()
+    if not real.is_relative_to(fence):
+        return "the adapter directory is a link to a place outside the adapter root"
+    for folder, dirs, files in os.walk(real):
+        for entry in (*dirs, *files):
+            path = Path(folder, entry)
+            if path.is_symlink() and not path.resolve().is_relative_to(fence):
+                shown = path.relative_to(real).as_posix()
+                return f"{shown} is a link to a place outside the adapter root"
+    return None
+
+
+class AdapterRegistry:
+    """Host-side registration against one base model (thread-safe; cached by fingerprint).
+
+    ``register`` is the host-side verdict, the same for the CLI below, ``vidlora doctor``, scenario
+    sync and the GPU worker (which adds its device checks, keyed by the same digest)."""
+
+    def __init__(self, model_path: str | Path, max_rank: int, cache_dir: str | Path,
+                 root: str | Path | None = None, links_outside_root: bool = False) -> None:
         self.model_path = Path(model_path)
         self.max_rank = int(max_rank)
         self.cache_dir = Path(cache_dir)
+        self.root = Path(root) if root else None
+        self.links_outside_root = bool(links_outside_root)
         self._base: dict[str, tuple[int, ...]] | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
@@ -82,7 +126,9 @@ class AdapterRegistry:
         return self._base
 
     def register(self, name: str, source: str | Path) -> Registration:
-        src = Path(source).resolve() if source else Path("")
+        # Absolute, links not resolved: where the path leads is judged (outside_link), and an
+        # adapter is known by the path it was given.
+        src = Path(os.path.abspath(source)) if source else Path("")
         key = str(src)
         with self._lock:
             fp = fingerprint(src)
@@ -100,24 +146,37 @@ class AdapterRegistry:
     def _register(self, name: str, src: Path) -> Registration:
         blank = Registration(name=name, source=str(src), ok=False)
         if not src.is_dir():
-            return blank.refuse(f"adapter directory {src} does not exist", "host")
-        if not (src / "adapter_config.json").is_file():
-            return blank.refuse(f"{src}: no adapter_config.json (not a PEFT adapter)", "host")
+            return blank.refuse(f"adapter directory {self._shown(src)} does not exist", "host")
+        if not self.links_outside_root:
+            why = outside_link(src, self.root)
+            if why:
+                return blank.refuse(f"{why} (VIDLORA_ADAPTER_LINKS_OUTSIDE_ROOT=1 allows it)", "host")
+        real = src.resolve()
         try:
-            prep = prepare_adapter(src, self.model_path, self.max_rank, self.cache_dir, base=self.base())
+            prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
-            return blank.refuse(str(exc), "host")
+            return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
         except Exception as exc:  # noqa: BLE001 - whatever reading it raises is the adapter's fault
-            # Truncated safetensors, malformed JSON, unreadable files.
-            return blank.refuse(f"{src}: cannot read the adapter: {type(exc).__name__}: {exc}"[:600], "host")
+            # Truncated safetensors, unreadable files.
+            return blank.refuse(clean_reason(f"cannot read the adapter: {type(exc).__name__}: {exc}",
+                                             real, src, self.model_path), "host")
         return Registration(name=name, source=str(src), ok=True, digest=prep.digest, path=str(prep.path),
                             rank=prep.rank, modules=tuple(prep.modules), notes=tuple(prep.notes))
 
+    def _shown(self, src: Path) -> str:
+        """An adapter path as users see it: relative to the adapter root, else its name."""
+        if self.root is not None and src.is_relative_to(os.path.abspath(self.root)):
+            return src.relative_to(os.path.abspath(self.root)).as_posix()
+        return src.name
+
 
 def registry_for(settings: Any) -> AdapterRegistry:
-    """The registry a process builds from vidlora's Settings (model, rank limit, cache dir)."""
+    """The registry a process builds from vidlora's Settings (model, rank limit, cache dir,
+    adapter root and whether links may leave it)."""
     cache = getattr(settings, "adapter_cache_dir", None) or Path(settings.var_dir) / "prepared-adapters"
-    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache)
+    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache,
+                           root=getattr(settings, "adapter_root", None),
+                           links_outside_root=bool(getattr(settings, "adapter_links_outside_root", False)))
 
 
 def main(argv: list[str] | None = None) -> int:

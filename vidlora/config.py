@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     adapter_root: Path | None = None  # adapter paths in scenarios.yaml are relative to it
     # Normalised adapters (engine_patch.registration) are written here; local to each worker.
     adapter_cache_dir: Path | None = None  # default: var_dir / "prepared-adapters"
+    # An adapter whose files or folder are links to places outside the adapter root is refused:
+    # an adapter path could otherwise read any file of the server. Set where links are curated.
+    adapter_links_outside_root: bool = False
     served_model_name: str = ""
 
     # -- ingest limits (bulk archives are hostile until proven otherwise) ---------------

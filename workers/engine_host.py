@@ -191,7 +191,7 @@ class EngineHost:
                 raise RequestError(f"adapter {req.adapter_name!r} has no path")
             path = str(Path(root) / str(req.adapter_name))
         name = req.adapter_name or Path(path).name
-        return name, str(Path(path).resolve())
+        return name, os.path.abspath(path)  # links are judged by the registry, not followed here
 
     def register_adapter(self, name: str, source: str) -> Registration:
         """The verdict on adapter ``name`` at ``source``: host checks, then device checks

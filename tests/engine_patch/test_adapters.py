@@ -22,11 +22,16 @@ def full(model) -> Path:
     return full_adapters(model)[0]
 
 
-def _rewrite(src: Path, dst: Path, fn) -> Path:
+def _rewrite(src: Path, dst: Path, fn=lambda sd: sd, targets: tuple[str, ...] = (), **config) -> Path:
+    """``src`` with its tensors edited by ``fn``, ``targets`` added to target_modules and
+    ``config`` fields set."""
     dst.mkdir(parents=True, exist_ok=True)
     sd = fn(load_file(str(src / "adapter_model.safetensors")))
     save_file({k: v.clone().contiguous() for k, v in sd.items()}, str(dst / "adapter_model.safetensors"))
-    (dst / "adapter_config.json").write_text((src / "adapter_config.json").read_text())
+    cfg = json.loads((src / "adapter_config.json").read_text())
+    cfg["target_modules"] = [*cfg["target_modules"], *targets]
+    cfg.update(config)
+    (dst / "adapter_config.json").write_text(json.dumps(cfg))
     return dst
 
 
@@ -82,7 +87,7 @@ def test_split_qkv_merged_block_diagonal(model, full, tmp_path):
         return {k.replace("in_proj_qkv", "in_proj_q"): v[:kd], k.replace("in_proj_qkv", "in_proj_k"): v[kd:2 * kd],
                 k.replace("in_proj_qkv", "in_proj_v"): v[2 * kd:]}
 
-    src = _rewrite(full, tmp_path / "split", split)
+    src = _rewrite(full, tmp_path / "split", split, targets=("in_proj_q", "in_proj_k", "in_proj_v"))
     merged = prepare_adapter(src, model / "base", 32, tmp_path / "o1")
     ref = prepare_adapter(full, model / "base", 32, tmp_path / "o2")
     a, b = load_file(str(merged.path / "adapter_model.safetensors")), load_file(str(ref.path / "adapter_model.safetensors"))
@@ -122,7 +127,7 @@ def test_refusals_name_the_module(model, full, tmp_path, case, match):
             sd = {kk: (torch.zeros_like(v) if "lora_B" in kk else v) for kk, v in sd.items()}
         return sd
 
-    src = _rewrite(full, tmp_path / case, edit)
+    src = _rewrite(full, tmp_path / case, edit, targets=("side_proj", "attn.qkv"))
     with pytest.raises(AdapterError, match=match) as e:
         prepare_adapter(src, model / "base", 16, tmp_path / "out")
     if case in ("tower", "unknown", "shape", "nan"):
@@ -148,3 +153,104 @@ def test_a_directory_without_weights_or_config_is_refused(tmp_path):
 
     with pytest.raises(AdapterError, match="no \\*.safetensors"):
         base_modules(tmp_path)
+
+
+# -- the config decides what is applied, as PEFT decides it ---------------------------------
+
+def _modules(p) -> set[str]:
+    return {m.split("layers.", 1)[1] for m in p.modules}
+
+
+def test_tensors_the_config_does_not_target_are_left_out_and_named(model, full, tmp_path):
+    def add_untargeted(sd):
+        k = next(k for k in sd if "layers.0.mlp.down_proj.lora_A" in k)
+        sd[k.replace("down_proj", "side_proj")] = sd[k]
+        sd[k.replace("down_proj", "side_proj").replace("lora_A", "lora_B")] = sd[k.replace("lora_A", "lora_B")]
+        return sd
+
+    src = _rewrite(full, tmp_path / "extra", add_untargeted)
+    p, ref = prepare_adapter(src, model / "base", 16, tmp_path / "o"), prepare_adapter(full, model / "base", 16, tmp_path / "r")
+    assert p.modules == ref.modules
+    assert any("left out, as PEFT leaves them out" in n and "layers.0.mlp.side_proj" in n for n in p.notes)
+
+
+def test_layers_to_transform_and_exclude_modules_are_read(model, full, tmp_path):
+    only0 = prepare_adapter(_rewrite(full, tmp_path / "l0", layers_to_transform=[0]), model / "base", 16, tmp_path / "o1")
+    assert {m.split(".")[0] for m in _modules(only0)} == {"0"}
+    pat = prepare_adapter(_rewrite(full, tmp_path / "lp", layers_to_transform=1, layers_pattern="layers"),
+                          model / "base", 16, tmp_path / "o2")
+    assert {m.split(".")[0] for m in _modules(pat)} == {"1"}
+    excl = prepare_adapter(_rewrite(full, tmp_path / "ex", exclude_modules=["down_proj"]), model / "base", 16, tmp_path / "o3")
+    assert not any(m.endswith("down_proj") for m in excl.modules)
+    rx = prepare_adapter(_rewrite(full, tmp_path / "rx", target_modules=r".*layers\.1\.mlp\.(up|down)_proj"),
+                         model / "base", 16, tmp_path / "o4")
+    assert _modules(rx) == {"1.mlp.down_proj", "1.mlp.up_proj", "1.mlp.gate_proj"}  # gate zero-filled (packed)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("rank_disagrees", r"rank 8 but the config gives it rank 4 \(r / rank_pattern\)"),
+    ("mtp", r"module model\.mtp\.layers\.0\.self_attn\.q_proj: multi-token-prediction"),
+    ("two_prefixes", r"adapted twice \(also as model\.language_model\.layers\.0\.mlp\.down_proj\)"),
+    ("qkv_and_split", r"layers\.0\.linear_attn\.in_proj_qkv is adapted twice"),
+    ("lm_head", r"module lm_head: not a module of the served language model"),
+    ("pissa", r"config init_lora_weights: 'pissa' rewrites the base weights"),
+    ("olora", r"config init_lora_weights: 'olora'"),
+    ("alpha_zero", r"all-zero: lora_alpha"),
+    ("no_targets", r"config target_modules is empty"),
+    ("targets_none", r"the config targets none of the adapter's modules"),
+])
+def test_refusals_name_the_config_field_or_the_adapters_own_module(model, full, tmp_path, case, match):
+    def first(sd, part):
+        return next(k for k in sd if f"layers.0.{part}.lora_A" in k)
+
+    def edit(sd):
+        k = first(sd, "mlp.down_proj")
+        kb = k.replace("lora_A", "lora_B")
+        if case == "mtp":
+            q = k.replace("model.language_model.layers.0.mlp.down_proj", "model.mtp.layers.0.self_attn.q_proj")
+            sd[q], sd[q.replace("lora_A", "lora_B")] = sd[k], sd[kb]
+        elif case == "two_prefixes":
+            sd[k.replace("model.language_model.", "model.")] = sd[k]
+            sd[kb.replace("model.language_model.", "model.")] = sd[kb]
+        elif case == "qkv_and_split":
+            q = first(sd, "linear_attn.in_proj_qkv")
+            sd[q.replace("in_proj_qkv", "in_proj_q")] = sd[q]
+            sd[q.replace("in_proj_qkv", "in_proj_q").replace("lora_A", "lora_B")] = sd[q.replace("lora_A", "lora_B")][:8]
+        elif case == "lm_head":
+            sd["base_model.model.lm_head.lora_A.weight"] = torch.zeros(8, sd[k].shape[1])
+            sd["base_model.model.lm_head.lora_B.weight"] = torch.zeros(16, 8)
+        return sd
+
+    config = {"rank_disagrees": {"rank_pattern": {"down_proj": 4}}, "pissa": {"init_lora_weights": "pissa"},
+              "olora": {"init_lora_weights": "olora"}, "alpha_zero": {"lora_alpha": 0},
+              "no_targets": {"target_modules": []}, "targets_none": {"target_modules": ["side_proj"]}}.get(case, {})
+    targets = {"mtp": ("q_proj",), "qkv_and_split": ("in_proj_q",), "lm_head": ("lm_head",)}.get(case, ())
+    src = _rewrite(full, tmp_path / case, edit, targets=targets, **config)
+    with pytest.raises(AdapterError, match=match):
+        prepare_adapter(src, model / "base", 32, tmp_path / "out")
+
+
+def test_identity_covers_the_config(model, full, tmp_path):
+    """A config edited in place is a new adapter, even where the weights normalise the same."""
+    same = prepare_adapter(_rewrite(full, tmp_path / "a"), model / "base", 16, tmp_path / "o1")
+    noted = prepare_adapter(_rewrite(full, tmp_path / "b", base_model_name_or_path="elsewhere"),
+                            model / "base", 16, tmp_path / "o2")
+    assert same.digest == prepare_adapter(full, model / "base", 16, tmp_path / "o3").digest
+    assert noted.digest != same.digest
+
+
+def test_a_pickle_that_needs_code_is_refused_without_unsafe_advice(model, full, tmp_path):
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    src = tmp_path / "pickled"
+    src.mkdir()
+    (src / "adapter_config.json").write_text((full / "adapter_config.json").read_text())
+    (src / "adapter_model.bin").write_bytes(pickle.dumps({"x": Boom()}))
+    with pytest.raises(AdapterError) as e:
+        prepare_adapter(src, model / "base", 16, tmp_path / "out")
+    assert "needs code to load" in str(e.value)
+    assert "weights_only" not in str(e.value) and "\x1b" not in str(e.value)
