@@ -88,6 +88,35 @@ def _layer0_b(sd: dict, fn) -> dict:
     return sd
 
 
+def _self(path: Path) -> AdapterClass:
+    return AdapterClass(path, oracle=path)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("adapter code ran",))
+
+
+def _pickled(src: Path, dst: Path) -> Path:
+    """The adapter as a pickle that runs code when loaded unsafely."""
+    import pickle
+
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "adapter_config.json", dst / "adapter_config.json")
+    (dst / "adapter_model.bin").write_bytes(pickle.dumps({"payload": _RunsCode()}))
+    return dst
+
+
+def _linked(src: Path, dst: Path, elsewhere: Path) -> Path:
+    """An adapter whose weights file is a link to a file outside its directory."""
+    elsewhere.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "adapter_model.safetensors", elsewhere / "weights.safetensors")
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "adapter_config.json", dst / "adapter_config.json")
+    (dst / "adapter_model.safetensors").symlink_to(elsewhere / "weights.safetensors")
+    return dst
+
+
 def build_classes(root: Path, model_dir: Path, canonical: Path) -> dict[str, AdapterClass]:
     """Every class under ``root``; ``canonical`` is a tiny-model adapter PEFT wrote."""
     from transformers import AutoModelForImageTextToText
@@ -139,7 +168,8 @@ def build_classes(root: Path, model_dir: Path, canonical: Path) -> dict[str, Ada
     def unknown(sd):
         return {k.replace("layers.0.mlp.down_proj", "layers.0.mlp.side_proj"): v for k, v in sd.items()}
 
-    c["unknown_module"] = AdapterClass(rewrite(canonical, root / "unknown", unknown),
+    c["unknown_module"] = AdapterClass(rewrite(canonical, root / "unknown", unknown, lambda cfg: dict(
+        cfg, target_modules=[*cfg["target_modules"], "side_proj"])),
                                        refused=("layers.0.mlp.side_proj", "no such weight"))
     c["empty"] = AdapterClass(rewrite(canonical, root / "empty", lambda sd: {}), refused=("no tensors",))
     c["lora_bias"] = AdapterClass(peft_adapter(model, root / "lora_bias", 17, r=4, lora_alpha=4, lora_bias=True,
@@ -157,6 +187,68 @@ def build_classes(root: Path, model_dir: Path, canonical: Path) -> dict[str, Ada
     data = (truncated / "adapter_model.safetensors").read_bytes()
     (truncated / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
     c["truncated_file"] = AdapterClass(truncated, refused=("cannot read",))
+
+    # -- served: the config decides which tensors are applied, as PEFT decides -------------
+    # Each is PEFT-built, then given tensors its config does not target (edited on disk): PEFT
+    # leaves them out, so the oracle is PEFT on the adapter itself.
+    def with_foreign(src: Path, dst: Path, foreign) -> Path:
+        donor = load_file(str(canonical / "adapter_model.safetensors"))
+        return rewrite(src, dst, lambda sd: {**sd, **{k: v for k, v in donor.items() if foreign(k)}})
+
+    down_only = peft_adapter(model, root / "down_only_src", 21, r=8, lora_alpha=16, target_modules=["down_proj"])
+    c["untargeted_tensors"] = _self(with_foreign(down_only, root / "untargeted", lambda k: "mlp.up_proj" in k))
+    layer0 = peft_adapter(model, root / "layer0_src", 22, r=8, lora_alpha=16, target_modules=list(LORA_TARGETS),
+                          layers_to_transform=[0])
+    c["layers_to_transform"] = _self(with_foreign(layer0, root / "layer0", lambda k: "layers.1." in k))
+    by_pattern = peft_adapter(model, root / "pattern_src", 23, r=4, lora_alpha=8, target_modules=["gate_proj", "up_proj"],
+                              layers_to_transform=1, layers_pattern="layers")
+    c["layers_pattern"] = _self(with_foreign(by_pattern, root / "pattern", lambda k: "layers.0.mlp" in k))
+    regex = peft_adapter(model, root / "regex_src", 24, r=8, lora_alpha=8,
+                         target_modules=rf"{lm}(linear_attn\.out_proj|self_attn\.o_proj)")
+    c["target_regex"] = _self(with_foreign(regex, root / "regex", lambda k: "down_proj" in k))
+    excluded = peft_adapter(model, root / "exclude_src", 25, r=8, lora_alpha=16, target_modules=list(LORA_TARGETS),
+                            exclude_modules=["out_proj", "o_proj"])
+    c["exclude_modules"] = _self(with_foreign(excluded, root / "exclude", lambda k: "out_proj" in k or "o_proj" in k))
+
+    # -- refused on the host: the tensors and the config disagree, or a module is no LM layer ----
+    c["rank_disagrees"] = AdapterClass(rewrite(canonical, root / "rank_disagrees", config=lambda cfg: dict(
+        cfg, rank_pattern={"down_proj": 4})), refused=("mlp.down_proj", "rank 8", "rank 4", "size mismatch"))
+
+    def mtp(sd):
+        # Qwen3.6's multi-token-prediction block is a full-attention layer, like layer 3 here.
+        k = next(k for k in sd if k.endswith("layers.3.self_attn.q_proj.lora_A.weight"))
+        for ab in ("lora_A", "lora_B"):
+            key = k.replace("lora_A", ab)
+            sd[key.replace("model.language_model.layers.3", "mtp.layers.0")] = sd[key]
+        return sd
+
+    c["mtp_module"] = AdapterClass(rewrite(canonical, root / "mtp", mtp),
+                                   refused=("module mtp.layers.0.self_attn.q_proj", "multi-token-prediction"))
+
+    def twice(sd):
+        for k in [k for k in sd if "layers.0.mlp.down_proj" in k]:
+            sd[k.replace("model.language_model.", "model.")] = sd[k]
+        return sd
+
+    c["two_prefixes"] = AdapterClass(rewrite(canonical, root / "two_prefixes", twice),
+                                     refused=("layers.0.mlp.down_proj", "adapted twice"))
+    c["qkv_and_split"] = AdapterClass(rewrite(canonical, root / "qkv_and_split", lambda sd: {
+        **sd, **{k.replace("in_proj_qkv", "in_proj_q"): (v if "lora_A" in k else v[:key_dim])
+                 for k, v in sd.items() if "layers.0.linear_attn.in_proj_qkv" in k}},
+        lambda cfg: dict(cfg, target_modules=[*cfg["target_modules"], "in_proj_q"])),
+        refused=("in_proj_qkv", "adapted twice"))
+    c["pissa_unconverted"] = AdapterClass(rewrite(canonical, root / "pissa", config=lambda cfg: dict(
+        cfg, init_lora_weights="pissa")), refused=("init_lora_weights", "pissa", "path_initial_model_for_weight_conversion"))
+    c["olora_unconverted"] = AdapterClass(rewrite(canonical, root / "olora", config=lambda cfg: dict(
+        cfg, init_lora_weights="olora")), refused=("init_lora_weights", "olora"))
+    c["alpha_zero"] = AdapterClass(rewrite(canonical, root / "alpha_zero", config=lambda cfg: dict(
+        cfg, lora_alpha=0)), refused=("all-zero", "lora_alpha"))
+    c["all_linear_with_tower"] = AdapterClass(
+        peft_adapter(model, root / "all_linear", 26, r=4, lora_alpha=4, target_modules="all-linear"),
+        refused=("model.visual.", "vision-tower"))
+    c["pickle_with_code"] = AdapterClass(_pickled(canonical, root / "pickled"), refused=("adapter_model.bin", "needs code"))
+    c["link_outside_root"] = AdapterClass(_linked(canonical, root / "linked", root / "elsewhere"),
+                                          refused=("adapter_model.safetensors", "outside the adapter root"))
 
     # -- refused on the device: loads, but does nothing, or its output is degenerate ------
     c["changes_nothing"] = AdapterClass(rewrite(canonical, root / "tiny", lambda sd: {

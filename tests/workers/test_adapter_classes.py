@@ -5,6 +5,7 @@ rebuilds, no guard event, and the good requests of the same batch are what they 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -165,3 +166,151 @@ def test_rewritten_in_place_is_a_new_adapter(host, classes, tmp_path):
     [out] = host.generate([request("moving", "moving", path)])
     [ref] = host.generate([request("rs", "rslora", classes["rslora"].path)])
     assert out.token_ids == ref.token_ids and math.isfinite(sum(out.logprobs))
+
+
+def test_the_cli_gives_the_workers_host_verdict(host, classes, served, capsys):
+    """`python -m engine_patch.registration` (and doctor, through the same registry) says what
+    the worker says, for every class refused on the host or served."""
+    import json as _json
+
+    from engine_patch.registration import main
+
+    regs = host.registrations()
+    for name, c in classes.items():
+        main(["--model", str(host.settings.model), "--max-rank", str(MAX_RANK), str(c.path)])
+        [cli] = _json.loads(capsys.readouterr().out)
+        if c.stage == "host":
+            assert (cli["ok"], cli["reason"]) == (regs[name]["ok"], regs[name]["reason"]), name
+        assert cli["ok"] or not regs[name]["ok"], name
+
+
+def _twins(root: Path, canonical: Path, tag: str) -> tuple[Path, Path]:
+    from tests.support.adapter_classes import rewrite
+
+    return (rewrite(canonical, root / f"plain-{tag}"),
+            rewrite(canonical, root / f"pissa-{tag}", config=lambda cfg: dict(cfg, init_lora_weights="pissa")))
+
+
+def test_a_verdict_never_depends_on_registration_order(host, classes, tmp_path):
+    """An unconverted PiSSA adapter and its plain twin (the same tensors), registered in either
+    order on one engine: the twin is served, the PiSSA one refused for its init, both times."""
+    canonical = classes["canonical"].path
+    plain_1, pissa_1 = _twins(tmp_path, canonical, "1")
+    first = [host.register_adapter("plain-1", str(plain_1)), host.register_adapter("pissa-1", str(pissa_1))]
+    plain_2, pissa_2 = _twins(tmp_path, canonical, "2")
+    second = [host.register_adapter("pissa-2", str(pissa_2)), host.register_adapter("plain-2", str(plain_2))][::-1]
+    for plain, pissa in (first, second):
+        assert plain.ok and plain.stage == "device", plain.reason
+        assert not pissa.ok and pissa.stage == "host" and "init_lora_weights" in pissa.reason
+        assert pissa.digest is None
+    assert first[0].digest == second[0].digest
+
+
+def test_a_config_edited_in_place_is_judged_again_on_a_running_worker(host, classes, tmp_path):
+    import json as _json
+
+    from tests.support.adapter_classes import rewrite
+
+    path = rewrite(classes["canonical"].path, tmp_path / "edited")
+    cfg_file = path / "adapter_config.json"
+    plain = _json.loads(cfg_file.read_text())
+    assert host.register_adapter("edited", str(path)).ok
+    cfg_file.write_text(_json.dumps(dict(plain, init_lora_weights="olora")))
+    refused = host.register_adapter("edited", str(path))
+    assert not refused.ok and "init_lora_weights" in refused.reason
+    [out] = host.generate([request("edited", "edited", path)])
+    assert out.error == f"adapter 'edited' refused: {refused.reason}"
+    cfg_file.write_text(_json.dumps(dict(plain, init_lora_weights=True, layers_to_transform=[0])))
+    again = host.register_adapter("edited", str(path))
+    assert again.ok and again.stage == "device"
+    assert all(".layers.0." in m for m in again.modules)  # the edited config is what is served
+
+
+# -- random PEFT configs: equal to PEFT, or refused with a named reason ----------------------
+
+_LEAVES = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "k_proj", "v_proj",
+           "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _random_configs():
+    from hypothesis import strategies as st
+
+    lists = st.lists(st.sampled_from(_LEAVES), min_size=1, max_size=5, unique=True)
+    regexes = st.sampled_from([r".*layers\.[01]\.mlp\.(up|down)_proj", r".*language_model.*(q|v|z)_proj",
+                               r".*\.(qkv|down_proj)"])
+    ranks = st.sampled_from([1, 2, 4, 8, 48])  # 48 > MAX_RANK: refused by name
+    return st.one_of(
+        st.fixed_dictionaries({"target_modules": lists, "r": ranks, "lora_alpha": st.integers(1, 32)},
+                              optional={"exclude_modules": st.lists(st.sampled_from(_LEAVES), max_size=2, unique=True),
+                                        "layers_to_transform": st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True),
+                                        "rank_pattern": st.dictionaries(st.sampled_from(["down_proj", "mlp.up_proj", "q_proj"]),
+                                                                        st.integers(1, 8), max_size=2),
+                                        "alpha_pattern": st.dictionaries(st.sampled_from(["down_proj", "in_proj_z"]),
+                                                                         st.integers(1, 32), max_size=2),
+                                        "use_rslora": st.booleans()}),
+        st.fixed_dictionaries({"target_modules": st.one_of(regexes, st.just("all-linear")), "r": ranks,
+                               "lora_alpha": st.integers(1, 32)},
+                              optional={"exclude_modules": st.sampled_from([r".*layers\.1\..*", r".*visual.*"])}),
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(str(model_dir / "base"), dtype=torch.float32)
+
+
+def test_random_peft_configs_are_served_as_peft_computes_or_refused_by_name(
+        host, classes, served, oracle, hf_model, model_dir, tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from safetensors.torch import load_file
+
+    from tests.support.adapter_classes import peft_adapter, rewrite
+
+    # verify's rule, with the engine's own bf16 distance to PEFT fp32 measured on the base model
+    # and on the canonical adapter (the larger): what a correctly served adapter may differ by.
+    noise = [compare(_served(served["alone"][n]), oracle[n]) for n in (None, "canonical")]
+    tol_mean, tol_max = tolerance(max(d["mean"] for d in noise), max(d["max"] for d in noise),
+                                  Options(model=Path("."), adapters=[]))
+    donor = load_file(str(classes["canonical"].path / "adapter_model.safetensors"))
+    root = tmp_path_factory.mktemp("random")
+    tok = host.tokenizer
+    prompt_ids = tok(build_prompt(tok, request("p", None, None)), add_special_tokens=False)["input_ids"]
+    seen = {"served": 0, "refused": 0, "unbuildable": 0}
+
+    @settings(max_examples=int(os.environ.get("VIDLORA_ADAPTER_EXAMPLES", "30")), deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(cfg=_random_configs())
+    def case(cfg):
+        import json as _json
+
+        from hypothesis import reject
+
+        seed = int(hashlib.sha256(_json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:6], 16)
+        try:
+            built = peft_adapter(hf_model, root / f"src{seed}", seed, **cfg)
+        except ValueError:  # PEFT itself cannot build it (no module matches): nothing to serve
+            seen["unbuildable"] += 1
+            reject()
+        # With the tensors of every module the config left out (PEFT leaves them out on load).
+        path = rewrite(built, root / f"a{seed}", lambda sd: {**donor, **sd})
+        reg = host.register_adapter(f"random{seed}", str(path))
+        if not reg.ok:
+            seen["refused"] += 1
+            assert reg.reason and ("module " in reg.reason or "config " in reg.reason
+                                   or "vs the base model" in reg.reason), (cfg, reg.reason)
+            return
+        seen["served"] += 1
+        [out] = host.generate([request(f"random{seed}", f"random{seed}", path)])
+        assert out.error is None, (cfg, out.error)
+        ref = Reference(model_dir / "base", [path], "cpu", "float32")
+        lp = ref.score(prompt_ids + list(out.token_ids), 0)["lp"][-len(out.token_ids):]
+        d = compare(_served(out), {"lp": lp, "top": [0] * len(lp)})
+        assert d["finite"] and d["mean"] <= tol_mean and d["max"] <= tol_max, (cfg, d, tol_mean, tol_max)
+
+    case()
+    print("random PEFT configs:", seen)
+    # The draw must exercise both paths, not only one.
+    assert seen["served"] >= 5 and seen["refused"] >= 2, seen
