@@ -65,7 +65,7 @@ def served(host, classes):
     alone[None] = host.generate([request("alone-base", None, None)])[0]
     names = [None, *classes]
     together = host.generate([request(f"mixed-{n}", n, classes[n].path if n else None) for n in names])
-    return {"alone": alone, "together": dict(zip(names, together)),
+    return {"alone": alone, "together": dict(zip(names, together)), "host": host,
             "rebuilds": host.rebuilds - rebuilds, "guard_events": list(host.guard.events)[events:]}
 
 
@@ -126,6 +126,25 @@ def test_served_classes_match_peft_fp32(classes, served, oracle):
         assert d["finite"] and d["mean"] <= tol_mean and d["max"] <= tol_max, (name, rows[name], tol_mean, tol_max)
         assert effect["mean"] > 5 * tol_mean, (name, "adapter effect too small to tell served from ignored", rows[name])
     print("dyn~ref mean, max; effect:", rows, "tol", tol_mean, tol_max)
+    _report_classes(classes, served, rows, tol_mean, tol_max)
+
+
+def _report_classes(classes, served, rows, tol_mean, tol_max) -> None:
+    """Every class with its verdict and numbers, printed at the end of the run (CI's log) and
+    copied into bench/results/adapter_classes.md."""
+    from tests.support.reports import report
+
+    regs = served["host"].registrations()
+    lines = [f"tolerance: mean {tol_mean:.4f}, max {tol_max:.4f} nats (verify's rule on the base model's "
+             "bf16 distance to PEFT fp32)", "",
+             "| class | verdict | stage | served vs PEFT fp32: mean / max | adapter effect (mean) | reason |",
+             "|---|---|---|---|---|---|"]
+    for name, c in classes.items():
+        reg = regs[name]
+        nums = (f"{rows[name][0]:.4f} / {rows[name][1]:.4f} | {rows[name][2]:.3f}" if name in rows else " | ")
+        reason = (reg["reason"] or "").replace("|", "\\|")
+        lines.append(f"| {name} | {'served' if reg['ok'] else 'refused'} | {reg['stage']} | {nums} | {reason} |")
+    report("adapter classes (tests/workers/test_adapter_classes.py)", "\n".join(lines))
 
 
 def test_text_prefix_is_not_served_as_the_base_model(served):
