@@ -277,17 +277,46 @@ class Guard:
             else:
                 for i, out in zip(run_idx, outs, strict=True):
                     results[i] = (out, Verdict.of(self.engine.check(out)))
-            bad = [i for i in run_idx if self._bad(results[i])]
-            if bad:
-                self.note("bad_batch", size=len(run_idx), bad=len(bad),
-                            adapters=sorted({str(self.engine.adapter_of(requests[i])) for i in bad}),
-                            reasons=sorted({str(results[i][1].reason) for i in bad}))
-                if len(run_idx) > 1:
-                    bad = self._isolate(requests, results, bad)
-                bad = self._flag_model_behaviour(requests, results, bad)
-                if bad:
-                    self._recover_all(requests, results, bad)
+            self._resolve(requests, results, run_idx, len(run_idx))
         return [r for r in results if r is not None]  # every slot is filled by now
+
+    # -- a streaming engine: outputs finish one by one, the resolution waits for an idle engine --
+    def judge(self, output: Any) -> Verdict:
+        """The verdict on one output as it finishes; a bad one goes to ``settle`` later."""
+        return Verdict.of(self.engine.check(output))
+
+    def settle(self, requests: Sequence[Any], firsts: Sequence[tuple[Any, Verdict]],
+               ran_with: int) -> list[tuple[Any, Verdict]]:
+        """Resolve outputs judged bad as they finished in a running set of ``ran_with``
+        requests, exactly as ``generate`` resolves a batch's bad outputs (re-run alone, the
+        model's own repetition flagged, the recovery ladder, quarantine). The engine must be
+        idle: every re-run and ladder step runs alone."""
+        results: list[tuple[Any, Verdict] | None] = list(firsts)
+        self._resolve(requests, results, list(range(len(requests))), ran_with)
+        return results  # type: ignore[return-value]
+
+    def after_exception(self, requests: Sequence[Any], exc: Exception) -> list[tuple[Any | None, Verdict]]:
+        """A streaming engine raised with ``requests`` in flight (now aborted): each is re-run
+        alone, as ``generate`` does for a batch that raised."""
+        _replace_if_context_lost(exc, f"a running set of {len(requests)}")
+        results: list[tuple[Any | None, Verdict] | None] = [None] * len(requests)
+        idx = list(range(len(requests)))
+        self._on_exception(requests, results, idx, exc)
+        self._resolve(requests, results, idx, len(idx))
+        return results  # type: ignore[return-value]
+
+    def _resolve(self, requests, results, run_idx: list[int], ran_with: int) -> None:
+        bad = [i for i in run_idx if self._bad(results[i])]
+        if not bad:
+            return
+        self.note("bad_batch", size=ran_with, bad=len(bad),
+                  adapters=sorted({str(self.engine.adapter_of(requests[i])) for i in bad}),
+                  reasons=sorted({str(results[i][1].reason) for i in bad}))
+        if ran_with > 1:
+            bad = self._isolate(requests, results, bad)
+        bad = self._flag_model_behaviour(requests, results, bad)
+        if bad:
+            self._recover_all(requests, results, bad)
 
     def _on_exception(self, requests, results, run_idx: list[int], exc: Exception) -> None:
         """The batch raised: run each request alone; one that raises alone fails with the

@@ -396,6 +396,71 @@ class EngineHost:
             if resolved:
                 self.register_adapter(*resolved)
 
+    # -- streaming: one request at a time into the running engine (workers.engine_stream) ----
+    # Only the stream's thread calls these, and only with the engine in this process.
+
+    def adapter_ready(self, req: AnalysisRequest) -> bool:
+        """Whether ``req`` can be submitted without running the engine for it: its adapter
+        already has its verdict on this engine (a first device check runs generations, which
+        must not happen while other requests are in flight)."""
+        try:
+            resolved = self._resolve_adapter(req)
+        except RequestError:
+            return True  # fails at submit, without the engine
+        if not resolved:
+            return True
+        reg = self.adapters.register(*resolved)
+        return not reg.ok or reg.digest in self._device_verdicts
+
+    def register_request_adapter(self, req: AnalysisRequest) -> Registration | None:
+        """Register ``req``'s adapter (host and device checks); None for the base model or a
+        request whose adapter cannot be resolved (it fails at submit)."""
+        try:
+            resolved = self._resolve_adapter(req)
+        except RequestError:
+            return None
+        return self.register_adapter(*resolved) if resolved else None
+
+    def submit(self, req: AnalysisRequest) -> str:
+        """Enqueue ``req`` into the running engine; its engine (internal) request id. A request
+        that cannot be built, has a refused adapter or is rejected by vLLM raises
+        ``RequestError`` and never reaches an engine step."""
+        with self._lock:
+            self.start()
+            adapter = self._resolve_adapter(req)
+            lora = self.lora_request(*adapter) if adapter else None
+            engine_input, param = build_input(self.tokenizer, req), sampling_params(req)
+            try:
+                [rid] = self.llm.enqueue([engine_input], [param], lora_request=[lora], use_tqdm=False)
+            except input_errors() as exc:
+                raise RequestError(f"rejected by engine: {exc}") from exc
+            if lora is not None:
+                self._touch_adapters([lora.lora_int_id])
+            return rid
+
+    def step(self) -> list[Any]:
+        """One engine step: the vLLM RequestOutputs that finished in it."""
+        with self._lock:
+            finished = [out for out in self.llm.llm_engine.step() if out.finished]
+            self._sync_mirror()
+            return finished
+
+    def abort(self, engine_ids: Sequence[str]) -> None:
+        """Stop requests in flight (their deadline passed, or the worker stops); drains what
+        the engine still reports for them."""
+        if not engine_ids:
+            return
+        with self._lock:
+            self.llm.llm_engine.abort_request(list(engine_ids), internal=True)
+
+    def kv_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds, where the engine runs in this process."""
+        try:
+            cache = self.llm.llm_engine.vllm_config.cache_config
+            return int(cache.num_gpu_blocks) * int(cache.block_size) if cache.num_gpu_blocks else None
+        except (AttributeError, TypeError):
+            return None
+
     # -- the guard's view of this engine (engine_patch.guard.GuardedEngine) ------------------
 
     def run_batch(self, requests: Sequence[AnalysisRequest]) -> list[AnalysisOutput]:
