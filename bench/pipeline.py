@@ -188,13 +188,13 @@ def machine() -> dict[str, Any]:
 
 
 def requests_of(batch_id: int) -> list[dict[str, Any]]:
-    """Each analysis of the batch as the gpu worker would build it (tasks.analyze._claim),
+    """Each analysis of the batch as the gpu worker would build it (tasks.analysis_rows.claim),
     with what the dispatcher needs to group it, in ready (arrival) order."""
     from dataclasses import asdict
 
     from sqlalchemy import select
 
-    from tasks.analyze import build_request
+    from tasks.analysis_rows import build_request
     from vidlora.config import get_settings
     from vidlora.db import session_scope
     from vidlora.models import Analysis
@@ -412,7 +412,7 @@ def phase_bare(args, batch_id: int, items: list[dict[str, Any]], gpu: WorkerProc
     c1 = time.perf_counter() - t0
     print(f"C1 bare, one call: {n} in {c1:.1f}s", flush=True)
 
-    from tasks.analyze import storable_text
+    from tasks.analysis_rows import storable_text
 
     items = requests_of(batch_id)  # texts the system stored in the last B
     sys_texts = [it["system_text"] for it in items]

@@ -89,9 +89,10 @@ def enqueue(paths: tuple[Path, ...], scenarios: tuple[str, ...], name: str | Non
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--latency", is_flag=True, help="Per scenario: P50/P95 upload-to-result and engine time, target met?")
 @click.option("--window", default="24h", show_default=True, help="With --latency: the window (90m, 24h, 7d).")
-def status(batch_id: int | None, as_json: bool, latency: bool, window: str) -> None:
-    """Per-video and per-analysis progress of a batch (default: the latest), or with
-    --latency each scenario's latency over a window."""
+@click.option("--workers", is_flag=True, help="Each GPU worker: health, engine load (in flight per adapter, waiting, tokens/s).")
+def status(batch_id: int | None, as_json: bool, latency: bool, window: str, workers: bool) -> None:
+    """Per-video and per-analysis progress of a batch (default: the latest), with --latency
+    each scenario's latency over a window, or with --workers each GPU worker's engine."""
     from sqlalchemy import func, select
 
     from vidlora.db import session_scope
@@ -100,6 +101,9 @@ def status(batch_id: int | None, as_json: bool, latency: bool, window: str) -> N
 
     if latency:
         _print_latency(window, as_json)
+        return
+    if workers:
+        _print_workers(as_json)
         return
     with session_scope() as session:
         if batch_id is None:
@@ -113,6 +117,22 @@ def status(batch_id: int | None, as_json: bool, latency: bool, window: str) -> N
         click.echo(json.dumps(view.as_dict(), indent=2, default=str))
     else:
         print_batch(view)
+
+
+def _print_workers(as_json: bool) -> None:
+    from vidlora.db import session_scope
+    from vidlora.status import stream_words
+    from web.scenarios.health import worker_health
+
+    with session_scope() as session:
+        rows = [wh.as_dict() for wh in worker_health(session)]
+    if as_json:
+        click.echo(json.dumps({"workers": rows}, indent=2, default=str))
+        return
+    if not rows:
+        click.echo("no GPU worker has reported yet (start one with: vidlora worker gpu)")
+    for w in rows:
+        click.echo(f"{w['name']:<28} {w['health']:<9} {stream_words(w['stream'])}")
 
 
 def _print_latency(window: str, as_json: bool) -> None:

@@ -2,7 +2,10 @@
 
 The engine is built before Celery starts consuming (not in a worker_process_init hook,
 which Celery kills after a few seconds), and the worker runs the solo pool so tasks execute
-in this process, next to the engine.
+in this process, next to the engine. In streaming mode (the default) the engine belongs to
+one engine thread (``tasks.gpu_stream``) and analysis tasks hand their work to it; on the way
+out it drains what is in flight and gives the rest back, and the worker exits 75 when its
+engine must be replaced.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ log = logging.getLogger(__name__)
 def run(loglevel: str = "INFO") -> int:
     from sqlalchemy import select
 
+    from vidlora.admission import request_tokens
     from vidlora.db import session_scope
     from vidlora.models import Scenario
-    from vidlora.scenarios import record_registrations, sync_from_settings
+    from vidlora.scenarios import Generation, record_registrations, sync_from_settings
     from workers.engine_host import EngineHost
 
     settings = get_settings()
@@ -30,8 +34,9 @@ def run(loglevel: str = "INFO") -> int:
     queue = worker_queue(name)
     with session_scope() as session:
         sync_from_settings(session, settings)
-        adapters = dict(session.execute(select(Scenario.name, Scenario.adapter_path).where(
-            Scenario.active, Scenario.adapter_path.is_not(None))).all())
+        active = session.execute(select(Scenario.name, Scenario.adapter_path, Scenario.sampling, Scenario.generation)
+                                 .where(Scenario.active)).all()
+    adapters = {n: path for n, path, *_ in active if path}
     registry.upsert(name, queue, status=WorkerStatus.STARTING)
     host = EngineHost(settings)
     host.start()
@@ -42,6 +47,15 @@ def run(loglevel: str = "INFO") -> int:
     with session_scope() as session:
         record_registrations(session, host.registrations())
     runtime.install(host, name)
+    stream = None
+    if settings.gpu_worker_mode == "stream":
+        from tasks.gpu_stream import StreamRunner, release_abandoned
+
+        # The typical analysis: the mean of the scenarios' shapes sizes the running set.
+        shapes = [request_tokens(sampling or {}, Generation.of(gen).max_tokens) for _, _, sampling, gen in active]
+        stream = StreamRunner(host, settings, name, sum(shapes) // max(1, len(shapes)) if shapes else 1024)
+        release_abandoned(name)  # what a predecessor under this name held when it died
+        runtime.install_stream(stream)
 
     def snapshot() -> dict:
         identity = host.identity()
@@ -49,6 +63,7 @@ def run(loglevel: str = "INFO") -> int:
             "status": WorkerStatus.READY,
             "device": identity.get("device"),
             "versions": identity.get("versions", {}),
+            "stream": stream.status() if stream else None,
             "adapters_resident": host.resident_adapters(),
             "adapter_loads": host.adapter_loads,
             "last_canary": host.last_canary(),
@@ -57,20 +72,28 @@ def run(loglevel: str = "INFO") -> int:
     heartbeat = registry.Heartbeat(name, queue, snapshot, settings.heartbeat_s)
     heartbeat.start()
     runtime.on_batch(heartbeat.beat)
-    _serve_metrics(host, settings.metrics_port)
+    _serve_metrics(host, settings.metrics_port, stream)
+    if stream is not None:
+        stream.on_flush(runtime.after_batch)
+        stream.start()
+    code = 1
     try:
-        return run_worker([
+        code = run_worker([
             "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
             "-Q", f"{GPU_QUEUE},{queue}", "-n", f"gpu-{name}@%h", f"--loglevel={loglevel}",
             "--without-gossip", "--without-mingle",
         ])
     finally:
+        if stream is not None:
+            stream.stop(settings.gpu_drain_s)  # drain in flight, give the rest back
+            code = stream.exit_code or code
         heartbeat.stop()
+    return code
 
 
-def _serve_metrics(host, port: int) -> None:
-    """Registrations now; slot loads and memory after every batch; the rest as results are
-    stored (tasks.analyze)."""
+def _serve_metrics(host, port: int, stream=None) -> None:
+    """Registrations now; slot loads, LoRA paths, memory and the stream's gauges after every
+    batch (or every flush of the streaming loop); the rest as results are stored."""
     from vidlora import metrics
 
     for verdict in host.registrations().values():
@@ -83,6 +106,8 @@ def _serve_metrics(host, port: int) -> None:
         for path, n in (host.last_lora_paths or {}).items():
             metrics.LORA_PATH.labels(path).inc(max(0, n))
         metrics.record_engine_memory()
+        if stream is not None:
+            metrics.record_stream(stream.status())
 
     metrics.record_engine_memory()
     runtime.on_batch(after_batch)

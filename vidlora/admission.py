@@ -73,3 +73,14 @@ def concurrency(max_num_seqs: int, kv_tokens: int | None, tokens_per_request: in
     if kv_tokens and tokens_per_request > 0:
         n = min(n, max(1, int(kv_tokens) // int(tokens_per_request)))
     return min(n, limit) if limit > 0 else n
+
+
+def request_tokens(sampling: Mapping[str, object], max_tokens: int) -> int:
+    """Engine tokens (video + prompt + answer) one analysis of a scenario takes at most, from
+    its sampling policy (``vidlora.media.sampling.SamplingPolicy`` fields and defaults)."""
+    from vidlora.engine_batches import PROMPT_OVERHEAD_TOKENS, TEMPORAL_PATCH, TOKEN_PIXELS
+
+    frames = int(sampling.get("num_frames", 16) if sampling.get("mode", "uniform") == "uniform"
+                 else sampling.get("max_frames", 32))
+    per_group = int(sampling.get("max_pixels", 448 * 448)) // TOKEN_PIXELS
+    return -(-frames // TEMPORAL_PATCH) * per_group + PROMPT_OVERHEAD_TOKENS + int(max_tokens)

@@ -51,6 +51,26 @@ DECODE_CPU_SECONDS = Histogram("vidlora_decode_cpu_seconds", "CPU seconds to pro
 ENGINE_MEMORY = Gauge("vidlora_engine_memory_bytes", "Memory held by the GPU worker's engine", ["kind"],
                       multiprocess_mode="max")
 
+STREAM_IN_FLIGHT = Gauge("vidlora_stream_in_flight", "Analyses in flight on a GPU worker's engine, by adapter",
+                         ["adapter"], multiprocess_mode="max")
+STREAM_HELD = Gauge("vidlora_stream_held", "Analyses a streaming GPU worker holds (waiting, in flight, judged)",
+                    multiprocess_mode="max")
+STREAM_ADMISSION_WAIT = Gauge("vidlora_stream_admission_wait_seconds",
+                              "Mean wait from claim to engine admission on a streaming GPU worker",
+                              multiprocess_mode="max")
+STREAM_TOKENS = Gauge("vidlora_stream_output_tokens_per_second", "Output tokens per second of a GPU worker's engine",
+                      multiprocess_mode="max")
+
+
+def record_stream(status: dict) -> None:
+    """A streaming GPU worker's gauges (tasks.gpu_stream.StreamRunner.status)."""
+    STREAM_IN_FLIGHT.clear()
+    for adapter, n in (status.get("in_flight") or {}).items():
+        STREAM_IN_FLIGHT.labels(adapter).set(n)
+    STREAM_HELD.set(status.get("held") or 0)
+    STREAM_ADMISSION_WAIT.set(status.get("mean_admission_wait_s") or 0.0)
+    STREAM_TOKENS.set(status.get("tokens_per_s") or 0.0)
+
 
 def observe_result(scenario: str, status: str, total_s: float | None = None, engine_s: float | None = None,
                    prompt_tokens: int = 0, output_tokens: int = 0, health: dict | None = None) -> None:

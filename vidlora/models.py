@@ -381,6 +381,9 @@ class Worker(Base):
     adapters_resident: Mapped[list[Any]] = mapped_column(default=list)
     adapter_loads: Mapped[int] = mapped_column(Integer, default=0)
     last_canary: Mapped[dict[str, Any] | None] = mapped_column()
+    # The streaming loop (tasks.gpu_stream.StreamRunner.status): in flight per adapter, held,
+    # admission wait, tokens/s; None for a worker in batch mode.
+    stream: Mapped[dict[str, Any] | None] = mapped_column()
     status: Mapped[str] = mapped_column(String(16), default=WorkerStatus.STARTING)
     started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

@@ -172,3 +172,21 @@ def wait(batch_id: int, timeout: float = 0.0, poll_s: float = 1.0) -> BatchView 
         if view is None or view.finished or (deadline and time.monotonic() > deadline):
             return view
         time.sleep(poll_s)
+
+
+def stream_words(stream: dict | None) -> str:
+    """A streaming GPU worker's loop in words (its heartbeat's ``stream``), for the CLI and the
+    Scenarios page: "12 in flight of 256 (artifact_identification 5, tomb_structure 7); 3 more
+    waiting; admitted after 0.4 s on average; 1,230 output tokens/s"."""
+    if not stream:
+        return "closed batches (gpu_worker_mode=batch)"
+    in_flight = stream.get("in_flight") or {}
+    total = sum(in_flight.values())
+    per = ", ".join(f"{a} {n}" for a, n in sorted(in_flight.items()))
+    waiting = max(0, int(stream.get("held") or 0) - total)
+    wait = stream.get("mean_admission_wait_s")
+    parts = [f"{total} in flight of {stream.get('capacity', '?')}" + (f" ({per})" if per else ""),
+             f"{waiting} more waiting" if waiting else "nothing waiting",
+             f"admitted after {wait:.1f} s on average" if wait is not None else "nothing admitted yet",
+             f"{stream.get('tokens_per_s') or 0:,.0f} output tokens/s"]
+    return "; ".join(parts)

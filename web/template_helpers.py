@@ -12,6 +12,7 @@ from vidlora.lifecycle import AnalysisStatus, ReviewState, VideoStatus
 from vidlora.models import as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
+from vidlora.status import stream_words
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
@@ -166,5 +167,5 @@ def init_app(app: Flask) -> None:
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, VOCABULARY=VOCABULARY, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
-        canary_summary=canary_summary, describe_sampling=describe_sampling,
+        canary_summary=canary_summary, describe_sampling=describe_sampling, stream_words=stream_words,
     )

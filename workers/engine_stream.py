@@ -93,6 +93,10 @@ class EngineStream:
         with self._cv:
             return len(self._inbox) + len(self._waiting) + len(self._running) + len(self._suspects)
 
+    def held_keys(self) -> set[str]:
+        with self._cv:
+            return {h.req.request_key for h in (*self._inbox, *self._waiting, *self._running.values(), *self._suspects)}
+
     def wait_for_room(self, n: int, timeout: float, backlog: int) -> bool:
         """Block until ``n`` more requests fit beside a backlog of ``backlog`` waiting ones (so
         the engine always has work to admit when a request finishes); False on timeout."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from workers.engine_host import EngineHost
 
 _host: "EngineHost | None" = None
+_stream = None  # tasks.gpu_stream.StreamRunner in streaming mode
 _name: str | None = None
 _on_batch = []
 
@@ -31,6 +32,17 @@ def default_worker_name() -> str:
 def install(host: "EngineHost", name: str) -> None:
     global _host, _name
     _host, _name = host, name
+
+
+def install_stream(runner) -> None:
+    """Streaming mode: analysis tasks hand their work to this engine thread."""
+    global _stream
+    _stream = runner
+
+
+def get_stream():
+    """The engine thread analysis tasks hand work to, or None in batch mode."""
+    return _stream
 
 
 def get_host() -> "EngineHost":

@@ -9,7 +9,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from tasks.analyze import _store
+from tasks.analysis_rows import store
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput
 from vidlora.models import Analysis, Batch, FrameSet, Result, ResultField, Scenario, Video
@@ -54,7 +54,7 @@ def _output(key: int, text: str, finish: str, tokens: int = 6) -> AnalysisOutput
 
 def test_a_structured_answer_is_stored_parsed_and_checked(database):
     aid = _running_analysis("analyze-structured")
-    _store(_output(aid, json.dumps({"finds": [{"type": "vessel"}]}), "stop"), {"model": "m"}, "w")
+    store(_output(aid, json.dumps({"finds": [{"type": "vessel"}]}), "stop"), {"model": "m"})
     with session_scope() as session:
         a = session.get(Analysis, aid)
         r = session.scalar(select(Result).where(Result.analysis_id == aid))
@@ -63,7 +63,7 @@ def test_a_structured_answer_is_stored_parsed_and_checked(database):
 
 def test_a_stored_answer_has_its_fields_indexed(database):
     aid = _running_analysis("analyze-fields")
-    _store(_output(aid, json.dumps({"finds": [{"type": "vessel"}, {"type": "coin"}]}), "stop"), {"model": "m"}, "w")
+    store(_output(aid, json.dumps({"finds": [{"type": "vessel"}, {"type": "coin"}]}), "stop"), {"model": "m"})
     with session_scope() as session:
         rid = session.scalar(select(Result.id).where(Result.analysis_id == aid))
         fields = session.execute(select(ResultField.path, ResultField.item, ResultField.text)
@@ -75,7 +75,7 @@ def test_control_characters_the_grammar_allowed_are_kept_readable(database):
     # The grammar lets a model write raw control characters (even NUL) inside a JSON string:
     # read leniently, NUL replaced (neither PostgreSQL text nor JSONB can hold it).
     aid = _running_analysis("analyze-control")
-    _store(_output(aid, '{"finds": [{"type": "ves\x00sel\x07"}]}', "stop"), {"model": "m"}, "w")
+    store(_output(aid, '{"finds": [{"type": "ves\x00sel\x07"}]}', "stop"), {"model": "m"})
     with session_scope() as session:
         r = session.scalar(select(Result).where(Result.analysis_id == aid))
         assert r.parsed == {"finds": [{"type": "ves\ufffdsel\x07"}]} and r.health["schema_ok"] is True
@@ -84,7 +84,7 @@ def test_control_characters_the_grammar_allowed_are_kept_readable(database):
 
 def test_a_structured_answer_cut_off_by_max_tokens_fails_with_the_reason(database):
     aid = _running_analysis("analyze-cutoff")
-    _store(_output(aid, '{"finds": [{"type": "ves', "length", tokens=12), {"model": "m"}, "w")
+    store(_output(aid, '{"finds": [{"type": "ves', "length", tokens=12), {"model": "m"})
     with session_scope() as session:
         a = session.get(Analysis, aid)
         assert a.status == "failed" and "did not complete within max_tokens=12" in a.reason

@@ -29,7 +29,7 @@ class WorkerHealth:
             "health": self.health, "heartbeat_at": w.heartbeat_at.isoformat(),
             "heartbeat_age_s": round(self.age_s, 1), "versions": w.versions,
             "adapters_resident": w.adapters_resident, "adapter_loads": w.adapter_loads,
-            "last_canary": w.last_canary, "started_at": w.started_at.isoformat(),
+            "last_canary": w.last_canary, "stream": w.stream, "started_at": w.started_at.isoformat(),
         }
 
 

@@ -168,7 +168,7 @@ def test_runtime_fault_is_never_stored_and_the_rest_is_correct(gpu_worker, corpu
     assert {"vllm", "torch", "triton", "ptxas", "device"} <= set(canary["versions"])
 
     # Results stored around and after the fault equal a direct generate of the same request.
-    from tasks.analyze import build_request, storable_text
+    from tasks.analysis_rows import build_request, storable_text
     from vidlora.config import get_settings
     from workers.engine_host import EngineHost
 

@@ -65,7 +65,7 @@ def test_six_videos_times_three_scenarios_each_from_its_own_adapter(gpu_worker, 
     # (its batch-mates, in order: bf16 numerics depend on batch composition) or, where the guard
     # re-ran it alone, by a single-request generate.
     from workers.engine_host import EngineHost
-    from tasks.analyze import storable_text
+    from tasks.analysis_rows import storable_text
 
     settings = get_settings()
     host = EngineHost(settings)
@@ -91,7 +91,7 @@ def _check_structured(rows, batch_id: int) -> None:
 
     import jsonschema
 
-    from tasks.analyze import storable_value
+    from tasks.analysis_rows import storable_value
     from vidlora.db import session_scope
     from vidlora.models import ResultField
     from vidlora.results.fields import leaves
@@ -138,7 +138,7 @@ def _check_metrics(gpu_worker, cpu_worker, rows) -> None:
 
 
 def _request_for(analysis_id: int, settings):
-    from tasks.analyze import build_request
+    from tasks.analysis_rows import build_request
     from vidlora.db import session_scope
     from vidlora.models import Analysis
 

@@ -158,7 +158,7 @@ def _rows(batch_ids: list[int]):
 
 
 def _request_for(analysis_id: int):
-    from tasks.analyze import build_request
+    from tasks.analysis_rows import build_request
     from vidlora.config import get_settings
     from vidlora.db import session_scope
     from vidlora.models import Analysis
