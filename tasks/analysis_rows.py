@@ -141,6 +141,7 @@ def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict)
                 output_tokens=output.output_tokens,
                 latency_s=output.latency_s,
                 finish_reason=output.finish_reason,
+                token_ids=[int(t) for t in output.token_ids] if output.token_ids else None,
                 health=ResultHealth.of(output.health).with_schema(schema_ok).as_dict(),
                 model=identity.get("model", ""),
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,

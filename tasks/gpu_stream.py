@@ -64,7 +64,7 @@ class StreamRunner:
         self._thread = threading.Thread(target=self._run, name="vidlora-engine", daemon=True)
         self._after_flush: list = []
         self._registrations: dict | None = None
-        self._identity: tuple[float, dict] = (0.0, {})
+        self._identity: tuple[Any, dict] = (None, {})
         self.tokens_per_s = 0.0
 
     # -- the Celery thread ------------------------------------------------------------------
@@ -149,9 +149,13 @@ class StreamRunner:
         _retrying(lambda: store_or_fail(output, identity), self._give_up)
 
     def _current_identity(self) -> dict:
-        at, ident = self._identity
-        if time.monotonic() - at > self.flush_s:
-            self._identity = (time.monotonic(), self.host.identity())
+        """host.identity(), recomputed when what it says of the engine changed (a rebuild, a
+        quarantine, adapter loads) or every flush: it reads package metadata, too slow per result."""
+        h = self.host
+        key = (h.rebuilds, tuple(sorted(h.guard.quarantined)), h.adapter_loads, h.adapter_disk_loads,
+               int(time.monotonic() // self.flush_s))
+        if self._identity[0] != key:
+            self._identity = (key, h.identity())
         return self._identity[1]
 
     def _flush(self) -> None:

@@ -281,6 +281,9 @@ class Result(Base):
     output_tokens: Mapped[int] = mapped_column(Integer)
     latency_s: Mapped[float] = mapped_column(Float)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
+    # The tokens the engine produced: a streamed result shares its engine steps with whatever
+    # else was in flight, so it is re-checked against a run alone token by token (near ties).
+    token_ids: Mapped[list[Any] | None] = mapped_column()
     health: Mapped[dict[str, Any]] = mapped_column(default=dict)
     model: Mapped[str] = mapped_column(String(1024))
     adapter: Mapped[str | None] = mapped_column(String(255))

@@ -1,5 +1,5 @@
 """a GPU worker's streaming loop as its heartbeat reports it (in flight per adapter, admission
-wait, tokens/s), shown by `vidlora status` and the Scenarios page
+wait, tokens/s), shown by `vidlora status` and the Scenarios page; a result's output tokens
 
 Revision ID: 0008
 Revises: 0007
@@ -20,8 +20,12 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('worker', schema=None) as batch_op:
         batch_op.add_column(sa.Column('stream', sa.JSON(), nullable=True))
+    with op.batch_alter_table('result', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('token_ids', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('result', schema=None) as batch_op:
+        batch_op.drop_column('token_ids')
     with op.batch_alter_table('worker', schema=None) as batch_op:
         batch_op.drop_column('stream')
