@@ -92,6 +92,11 @@ class StreamRunner:
         """Run ``callback`` from the engine thread every ``flush_s`` (heartbeat, metrics)."""
         self._after_flush.append(callback)
 
+    def begin_stop(self) -> None:
+        """The worker is shutting down: claim nothing more (the engine goes on until ``stop``)."""
+        self._stopping = True
+        self.stream.wake()
+
     def stop(self, drain_s: float) -> None:
         """Graceful stop: no new work; finish what is in flight within ``drain_s``; give back the rest."""
         self._stopping = True

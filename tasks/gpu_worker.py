@@ -74,8 +74,12 @@ def run(loglevel: str = "INFO") -> int:
     runtime.on_batch(heartbeat.beat)
     _serve_metrics(host, settings.metrics_port, stream)
     if stream is not None:
+        from celery.signals import worker_shutting_down
+
         stream.on_flush(runtime.after_batch)
         stream.start()
+        # A task waiting for room must not hold the shutdown: it hands its message back.
+        worker_shutting_down.connect(lambda **_: stream.begin_stop(), weak=False)
     code = 1
     try:
         code = run_worker([

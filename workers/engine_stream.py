@@ -103,6 +103,11 @@ class EngineStream:
         with self._cv:
             return self._cv.wait_for(lambda: self._count() + n <= self.capacity + backlog, timeout)
 
+    def wake(self) -> None:
+        """Wake whoever waits for room or work (a stop is under way)."""
+        with self._cv:
+            self._cv.notify_all()
+
     def wait_for_work(self, timeout: float) -> None:
         with self._cv:
             self._cv.wait_for(lambda: bool(self._inbox), timeout)

