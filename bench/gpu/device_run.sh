@@ -9,6 +9,7 @@
 #          field    issue 18: the field's request sequence (field_repro.py) per cell: tiny model and
 #                   27B layer shapes (FIELD_LAYERS, default 16), patch off/on, eager/graphs, PDL off/on
 #          prove    issue 18: with engine_patch: verify text + video, fault run on/off, guard recovery
+#          stream   issue 35: the streaming worker's engine loop vs the bare engine, 256 in flight
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -154,7 +155,19 @@ field_27b() {  # LAYERS: 16 keeps every layer's shapes (and 3 GDN : 1 attention)
 # on the same engine; the most telling first, in case the call runs out of time.
 DENSE_PHASES=warmup,bare_nolora,bare_one,bare_one@punica,host_grouped3,host_grouped3@punica,host_mixed3,host_mixed3@punica,prefill_nolora,prefill_one,prefill_one@punica,prefill_sorted3,prefill_sorted3@punica,bare_mixed3,bare_mixed3@punica,bare_nolora_repeat
 MAIN_PHASES=MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare_grouped3,host_grouped3,adapters20,prefill_nolora,prefill_one,profile,bare_nolora_repeat,bare_sorted3,prefill_mixed3
+# Issue 35: the streaming worker's engine loop (stream_*) beside the bare engine given everything
+# at once (all_*) and today's closed batches of 16 (closed_grouped3), on one engine with 256
+# sequences, at the shipped scenarios' shape (356 prompt + 256 output tokens) and at ~2,000-token
+# video prompts; the most telling first.
+SHIPPED=356x256x512
+VIDEO=2000x128x128
+STREAM_PHASES=warmup,all_nolora#$SHIPPED,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,closed_grouped3#356x256x96,all_nolora#$VIDEO,stream_one#$VIDEO,stream_mixed3#$VIDEO,all_one#$SHIPPED,stream_nolora#$SHIPPED
 case $STAGE in
+  stream)
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    bench stream256 on 0 $STREAM_PHASES $ASSETS "--max-num-seqs 256 --stream-capacity 256"
+    ;;
   main)
     assets
     bench graphs_patch on 0 $MAIN_PHASES

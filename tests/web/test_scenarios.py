@@ -101,3 +101,17 @@ def test_the_scenarios_page_shows_latency_and_targets(logged_in_client):
     assert 'data-count="5" data-target-met="false"' in row and "missed" in row and "1:28" in row  # P95 88 s
     assert "Latency, last 7d" in html
     assert "Latency, last 24h" in logged_in_client.get("/scenarios/?window=forever").get_data(as_text=True)
+
+
+def test_a_streaming_workers_engine_reads_in_words(logged_in_client, make_worker):
+    from vidlora.models import Worker
+
+    make_worker("gpu-stream-words", ["tomb_structure"])
+    with session_scope() as session:
+        worker = session.query(Worker).filter(Worker.name == "gpu-stream-words").one()
+        worker.stream = {"capacity": 64, "held": 2, "in_flight": {"tomb_structure": 2}, "mean_admission_wait_s": 0.0,
+                         "tokens_per_s": 88.0}
+    html = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    row = html.split('data-worker="gpu-stream-words"')[1].split("</tr>")[0]
+    assert ('data-testid="worker-stream">2 in flight of 64 (tomb_structure 2); nothing waiting; '
+            "admitted after 0.0 s on average; 88 output tokens/s<") in row

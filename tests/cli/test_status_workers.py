@@ -1,0 +1,27 @@
+"""`vidlora status --workers`: each GPU worker's engine as an operator reads it (issue 35)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli.test_latency import vidlora
+from vidlora.db import session_scope
+from vidlora.models import Worker, utcnow
+
+STREAM = {"mode": "stream", "capacity": 256, "held": 15, "in_flight": {"tomb_structure": 7, "artifact_identification": 5},
+          "admitted": 120, "delivered": 105, "mean_admission_wait_s": 0.42, "tokens_per_s": 1234.5}
+
+
+def test_status_workers_shows_the_engine_in_words_and_json(database):
+    with session_scope() as session:
+        session.query(Worker).filter(Worker.name == "gpu-status-cli").delete()
+        session.add(Worker(name="gpu-status-cli", queue="gpu.gpu-status-cli", status="ready", stream=STREAM,
+                           heartbeat_at=utcnow()))
+    out = vidlora("status", "--workers")
+    assert out.returncode == 0, out.stderr
+    [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("gpu-status-cli")]
+    assert "ok" in line
+    assert ("12 in flight of 256 (artifact_identification 5, tomb_structure 7); 3 more waiting; "
+            "admitted after 0.4 s on average; 1,234 output tokens/s") in line
+    rows = json.loads(vidlora("status", "--workers", "--json").stdout)["workers"]
+    assert [w["stream"] for w in rows if w["name"] == "gpu-status-cli"] == [STREAM]
