@@ -19,7 +19,7 @@ from vidlora.attempts import begin_attempt
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest
-from vidlora.lifecycle import IN_FLIGHT_ANALYSIS, AnalysisStatus
+from vidlora.lifecycle import FINAL_ANALYSIS, IN_FLIGHT_ANALYSIS, AnalysisStatus
 from vidlora.models import Analysis, Result, as_utc, utcnow
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import index_fields
@@ -100,11 +100,21 @@ def storable_value(value):
 
 
 def store(output: AnalysisOutput, identity: dict) -> None:
-    """Store one output (result, or failure with its reason) if its analysis is still running."""
+    """Store one output (result, or failure with its reason) if its analysis is still running.
+
+    A healthy answer is stored also for an analysis the reconciler took back meanwhile (this
+    worker's heartbeat looked stale under load) and no one finished yet: the work is done, and
+    the other delivery then finds it done. A failure is not: the other delivery may succeed."""
     with session_scope() as session:
         analysis = session.get(Analysis, int(output.request_key))
-        if analysis is None or analysis.status != AnalysisStatus.RUNNING:
+        if analysis is None or analysis.status in FINAL_ANALYSIS:
             return
+        if analysis.status != AnalysisStatus.RUNNING:
+            if output.error:
+                return
+            if analysis.status == AnalysisStatus.READY:
+                analysis.status = AnalysisStatus.QUEUED
+            analysis.status = AnalysisStatus.RUNNING
         _stored(session, analysis, output, identity)
         done = analysis.status == AnalysisStatus.DONE
         seen = (analysis.scenario.name, analysis.status,
@@ -184,3 +194,12 @@ def store_or_fail(output: AnalysisOutput, identity: dict) -> None:
     except Exception as exc:  # noqa: BLE001 - this one output cannot be stored; the others still are
         log.exception("storing analysis %s failed", output.request_key)
         fail(int(output.request_key), f"could not store the result: {type(exc).__name__}: {exc}"[:2000])
+
+
+def reclaim(analysis_ids: list[int], worker_name: str) -> None:
+    """Analyses this worker still holds whose message came again (the reconciler took them back
+    while the worker looked stale): RUNNING here again, no attempt counted."""
+    with session_scope() as session:
+        for analysis in session.scalars(select(Analysis).where(Analysis.id.in_(analysis_ids))):
+            if analysis.status == AnalysisStatus.QUEUED:
+                analysis.status, analysis.worker = AnalysisStatus.RUNNING, worker_name

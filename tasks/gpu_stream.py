@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from tasks import messages
-from tasks.analysis_rows import claim, release, store_or_fail
+from tasks.analysis_rows import claim, reclaim, release, store_or_fail
 from tasks.base import TRANSIENT_ERRORS
 from vidlora.config import Settings
 from vidlora.db import reset_engine, session_scope
@@ -80,6 +80,9 @@ class StreamRunner:
         if self._stopping:
             raise Reject("the GPU worker is stopping", requeue=True)
         held = self.stream.held_keys()
+        mine = [i for i in analysis_ids if str(i) in held]
+        if mine:
+            reclaim(mine, self.worker_name)
         requests = claim(task, [i for i in analysis_ids if str(i) not in held], self.worker_name)
         self.stream.offer(requests)
         return len(requests)

@@ -3,6 +3,7 @@ checked before the engine is built, what the device is, whether closing an engin
 memory, and the versions a result records."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -119,7 +120,10 @@ def device_name() -> str:
     return f"cpu {platform.processor() or platform.machine()}"
 
 
+@functools.lru_cache(maxsize=None)
 def dist_version(dist: str) -> str | None:
+    # Cached: the heartbeat and every stored result ask; scanning package metadata under a busy
+    # engine thread delayed heartbeats past the liveness window.
     from importlib import metadata
 
     for name in (dist, f"{dist}-cpu"):

@@ -80,6 +80,7 @@ class EngineStream:
         self._suspects: list[Held] = []
         self._ran_with = 0                    # largest running set a suspect finished in
         self._admitting = True
+        self._checking = False                # draining for an adapter's first device check
 
     # -- any thread -------------------------------------------------------------------------
     def offer(self, requests: Sequence[AnalysisRequest]) -> None:
@@ -138,6 +139,9 @@ class EngineStream:
                 self._waiting.append(self._inbox.popleft())
 
     def _admit(self) -> None:
+        if self._checking and self._running:
+            return  # an adapter's first device check waits for the engine to drain
+        self._checking = False
         now = self.clock()
         by_key = {h.req.request_key: h for h in self._waiting}
         running = Counter(self._adapter(h) for h in self._running.values())
@@ -154,7 +158,10 @@ class EngineStream:
                 continue
             if not self.host.adapter_ready(held.req):
                 if self._running:
-                    continue  # its first device check runs the engine: wait for it to drain
+                    # Its first device check runs generations: admit nothing more until the
+                    # engine has drained, then check it on the idle engine.
+                    self._checking = True
+                    break
                 self.host.register_request_adapter(held.req)
             self._remove_waiting(held)
             try:

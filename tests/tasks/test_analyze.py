@@ -89,3 +89,25 @@ def test_a_structured_answer_cut_off_by_max_tokens_fails_with_the_reason(databas
         a = session.get(Analysis, aid)
         assert a.status == "failed" and "did not complete within max_tokens=12" in a.reason
         assert session.scalar(select(Result).where(Result.analysis_id == aid)) is None
+
+
+@pytest.mark.parametrize("taken_back_to", ["queued", "ready"])
+def test_a_healthy_answer_is_kept_when_the_analysis_was_taken_back_meanwhile(database, taken_back_to):
+    """The reconciler gave the analysis back while this worker still ran it (its heartbeat
+    looked stale under load): the finished answer is stored, once, and a later delivery finds
+    it done; a failure is not stored then (the other delivery may succeed)."""
+    aid = _running_analysis(f"analyze-back-{taken_back_to}")
+    with session_scope() as session:
+        session.get(Analysis, aid).status = "ready"
+        if taken_back_to == "queued":
+            session.get(Analysis, aid).status = "queued"
+    failed = AnalysisOutput.failed(str(aid), "deadline of 1s exceeded", finish_reason="deadline")
+    store(failed, {"model": "m"})
+    with session_scope() as session:
+        assert session.get(Analysis, aid).status == taken_back_to
+    store(_output(aid, json.dumps({"finds": []}), "stop"), {"model": "m"})
+    store(_output(aid, json.dumps({"finds": [{"type": "coin"}]}), "stop"), {"model": "m"})  # the other delivery
+    with session_scope() as session:
+        assert session.get(Analysis, aid).status == "done"
+        [r] = session.scalars(select(Result).where(Result.analysis_id == aid)).all()
+        assert r.parsed == {"finds": []} and r.token_ids == list(range(6))
