@@ -161,7 +161,7 @@ MAIN_PHASES=MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare
 # video prompts; the most telling first.
 SHIPPED=356x256x512
 VIDEO=2000x128x128
-STREAM_PHASES=warmup,all_nolora#$SHIPPED,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,closed_grouped3#356x256x96,all_nolora#$VIDEO,stream_one#$VIDEO,stream_mixed3#$VIDEO,all_one#$SHIPPED,stream_nolora#$SHIPPED
+STREAM_PHASES=warmup,all_nolora#$SHIPPED,stream_mixed3#$SHIPPED,closed_grouped3#356x256x64,all_nolora#$VIDEO,stream_one#$VIDEO,stream_one#$SHIPPED,all_one#$SHIPPED,stream_mixed3#$VIDEO
 case $STAGE in
   stream)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
