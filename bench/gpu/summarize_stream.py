@@ -1,0 +1,67 @@
+"""Issue 35's table from the device's bench_engine JSONs (device stage ``stream``):
+python -m bench.gpu.summarize_stream --res bench/results/h200_stream --out bench/results/streaming_h200
+
+Each phase: analyses/s, videos/h (3 analyses per video, the shipped scenarios), the ratio to the
+bare engine's no-LoRA rate measured on the same engine at the same shape, and MFU (model FLOPs of
+every prompt and output token over the phase's time, 790 TFLOP/s bf16 peak).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ANALYSES_PER_VIDEO = 3
+WHAT = {
+    "all_nolora": "bare `llm.generate`, no LoRA, everything at once",
+    "all_one": "bare `llm.generate`, 1 adapter, everything at once",
+    "all_mixed3": "bare `llm.generate`, 3 adapters interleaved, everything at once",
+    "stream_nolora": "streaming worker loop (`EngineStream`), no LoRA",
+    "stream_one": "streaming worker loop, 1 adapter",
+    "stream_mixed3": "streaming worker loop, 3 adapters as they arrive",
+    "closed_grouped3": "today's worker: closed batches of 16 by adapter (`EngineHost.generate`)",
+}
+
+
+def rows(res: Path) -> list[dict]:
+    out = []
+    for path in sorted(res.glob("*.json")):
+        run = json.loads(path.read_text())
+        phases = run["phases"]
+        for key, row in phases.items():
+            name, _, shape = key.partition("#")
+            if not shape:
+                continue
+            prompt, output, _ = shape.split("x")
+            # The bare engine's no-LoRA rate on this engine at this request shape (any count).
+            bare = next((v for k, v in phases.items() if k.startswith(f"all_nolora#{prompt}x{output}x")), None)
+            out.append({
+                "run": path.stem, "phase": key, "what": WHAT.get(name, name), "prompt_tokens": int(prompt),
+                "output_tokens": int(output), "requests": row["requests"], "seconds": row["seconds"],
+                "analyses_per_s": row["req_s"], "videos_per_hour": round(row["req_s"] * 3600 / ANALYSES_PER_VIDEO),
+                "ratio_to_bare_nolora": round(row["req_s"] / bare["req_s"], 3) if bare else None,
+                "mfu": row.get("mfu"), "peak_in_flight": row.get("peak_in_flight"),
+                "mean_admission_wait_s": row.get("mean_admission_wait_s"), "lora_path": row.get("lora_path"),
+                "errors": row.get("errors"), "guard_settled": row.get("guard_settled"),
+                "engine_start_s": run.get("engine_start_s"), "versions": run.get("versions"),
+                "engine_kwargs": {k: run.get("engine_kwargs", {}).get(k) for k in
+                                  ("max_num_seqs", "max_loras", "max_lora_rank", "enforce_eager", "max_num_batched_tokens")},
+                "kv_tokens": (run.get("memory", {}).get("num_gpu_blocks") or 0) * (run.get("memory", {}).get("block_size") or 0),
+            })
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--res", required=True)
+    ap.add_argument("--out", required=True, help="path without suffix: writes .json")
+    a = ap.parse_args()
+    table = rows(Path(a.res))
+    Path(a.out + ".json").write_text(json.dumps({"phases": table}, indent=1) + "\n")
+    for r in table:
+        print(f"| {r['run']} | {r['phase']} | {r['what']} | {r['analyses_per_s']:.2f} | {r['videos_per_hour']:,} | "
+              f"{r['ratio_to_bare_nolora'] if r['ratio_to_bare_nolora'] is not None else '-'} | {r['mfu']} |")
+
+
+if __name__ == "__main__":
+    main()
