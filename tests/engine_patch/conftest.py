@@ -8,7 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiny import REPO, scenario_adapters
+from tests.support.tiny import REPO, full_adapters, scenario_adapters, tiny_model
+
+
+@pytest.fixture(scope="session")
+def model() -> Path:
+    """The tiny model (var/tiny-model)."""
+    return tiny_model()
+
+
+@pytest.fixture(scope="session")
+def full(model) -> Path:
+    """One of its PEFT adapters on every module."""
+    return full_adapters(model)[0]
 
 
 @pytest.fixture(scope="session")

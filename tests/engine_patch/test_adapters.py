@@ -9,17 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from engine_patch.adapters import AdapterError, prepare_adapter
 
-from tests.support.tiny import derive, full_adapters, tiny_model
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def full(model) -> Path:
-    return full_adapters(model)[0]
+from tests.support.tiny import derive
 
 
 def _rewrite(src: Path, dst: Path, fn=lambda sd: sd, targets: tuple[str, ...] = (), **config) -> Path:

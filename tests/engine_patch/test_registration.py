@@ -9,17 +9,6 @@ from pathlib import Path
 import pytest
 
 from engine_patch.registration import AdapterRegistry, clean_reason
-from tests.support.tiny import full_adapters, tiny_model
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def full(model) -> Path:
-    return full_adapters(model)[0]
 
 
 def registry(model: Path, tmp_path: Path, root: Path | None, **kw) -> AdapterRegistry:
