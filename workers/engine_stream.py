@@ -92,11 +92,13 @@ class EngineStream:
     def held(self) -> int:
         """Requests this stream holds: offered, waiting, in flight or awaiting the guard."""
         with self._cv:
-            return len(self._inbox) + len(self._waiting) + len(self._running) + len(self._suspects)
+            return self._count()
 
     def held_keys(self) -> set[str]:
         with self._cv:
-            return {h.req.request_key for h in (*self._inbox, *self._waiting, *self._running.values(), *self._suspects)}
+            # Copies first (atomic under the GIL): the engine thread changes these without the lock.
+            held = (*tuple(self._inbox), *tuple(self._waiting), *tuple(self._running.values()), *tuple(self._suspects))
+            return {h.req.request_key for h in held}
 
     def wait_for_room(self, n: int, timeout: float, backlog: int) -> bool:
         """Block until ``n`` more requests fit beside a backlog of ``backlog`` waiting ones (so
@@ -115,7 +117,8 @@ class EngineStream:
 
     def in_flight_by_adapter(self) -> dict[str, int]:
         with self._cv:
-            return dict(Counter(self._adapter(h) or "(base model)" for h in self._running.values()))
+            running = tuple(self._running.values())  # a copy: the engine thread changes it
+        return dict(Counter(self._adapter(h) or "(base model)" for h in running))
 
     def _count(self) -> int:
         return len(self._inbox) + len(self._waiting) + len(self._running) + len(self._suspects)
