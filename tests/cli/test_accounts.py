@@ -3,17 +3,9 @@ printed opens the API, and stops opening it once revoked."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 
-from tests.support.env import ROOT
-
-
-def vidlora(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=dict(os.environ), input=stdin,
-                          capture_output=True, text=True, timeout=120)
+from tests.support.cli import vidlora
 
 
 def test_accounts_and_tokens_from_the_command_line(database, broker):

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.env import ROOT
+from tests.support.cli import vidlora
 from tests.support.structured import seed_latencies
-
-
-def vidlora(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_status_latency_as_json_and_text(database):

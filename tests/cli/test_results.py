@@ -3,13 +3,11 @@
 import csv
 import io
 import json
-import os
 import subprocess
-import sys
 
 import pyarrow.parquet as pq
 
-from tests.support.env import ROOT
+from tests.support.cli import vidlora as run_cli
 from tests.support.structured import seed_structured
 
 ANSWERS = [{"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]},
@@ -19,8 +17,7 @@ ANSWERS = [{"sealed": True, "finds": [{"material": "bronze", "period": "han", "c
 
 
 def vidlora(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "results", *args], cwd=ROOT, env=dict(os.environ),
-                          capture_output=True, timeout=120)
+    return run_cli("results", *args, text=False)
 
 
 def test_results_where_as_csv_jsonl_and_parquet(database, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli.test_latency import vidlora
+from tests.support.cli import vidlora
 from vidlora.db import session_scope
 from vidlora.models import Worker, utcnow
 

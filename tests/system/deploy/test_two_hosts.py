@@ -286,9 +286,14 @@ def test_gpu_host_cut_off_mid_batch_and_restored(deployment: Deployment, clips):
     analyses = _analyses(d, batch_id)
     assert [a.status for a in analyses] == ["done"] * 6, [(a.id, a.status, a.reason) for a in analyses]
     assert _results_per_analysis(d, batch_id) == {a.id: 1 for a in analyses}
-    assert all(a.attempts >= 2 for a in analyses if a.id in running_ids)
+    # An analysis running at the cut is either run again after the reconciler took it back, or
+    # its answer, finished during the cut, is stored once when the link comes back (the worker
+    # keeps retrying the store; tasks.analysis_rows.store): exactly one result either way, above.
+    rerun = [a.id for a in analyses if a.id in running_ids and a.attempts >= 2]
+    kept = [a.id for a in analyses if a.id in running_ids and a.attempts == 1]
     counts = _audit(d, batch_id)
-    report("two hosts", f"GPU host cut off {restored_at - cut_at:.0f} s with {len(running_ids)} analyses running; "
+    report("two hosts", f"GPU host cut off {restored_at - cut_at:.0f} s with {len(running_ids)} analyses running "
+           f"({len(kept)} answers finished in the cut stored after it, {len(rerun)} run again); "
            f"batch finished {finished_at - restored_at:.0f} s after the link came back; audit {counts}")
 
 
