@@ -324,36 +324,77 @@ class Bench:
                 out.append([by_key[ids[item.id]] for item in b])
         return out
 
-    def run_stream(self, reqs: list, capacity: int) -> dict[str, Any]:
+    def run_stream(self, reqs: list, capacity: int, profile_steps: int = 0) -> dict[str, Any]:
         """The streaming GPU worker's engine loop (workers.engine_stream.EngineStream, what
         tasks.gpu_stream drives): everything offered at once, admitted as the engine has room
-        (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes."""
+        (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes.
+        The scheduler's own output is traced per step (``bench.gpu.step_trace``): ramp, steady
+        state and tail apart. ``profile_steps``: torch.profiler over that many steps from the
+        quarter completion (a separate phase: the profiler slows what it watches)."""
         import torch
 
+        from bench.gpu.step_trace import StepTrace, classify
         from workers.engine_stream import EngineStream
 
         stats: list[tuple[int, int, bool]] = []
         errors: list[str] = []
+        trace = StepTrace.attach(self.llm)
 
         def deliver(req, out, mates):
             if out.error:
                 errors.append(out.error)
             stats.append((out.prompt_tokens, out.output_tokens,
                           bool((out.health or {}).get("checks", {}).get("logprobs_finite", True))))
+            if trace is not None:
+                trace.finished()
 
         stream = EngineStream(self.host, deliver, capacity=capacity)
+        prof, prof_t0, prof_left, window = None, 0.0, 0, None
         _sync(torch)
         t0 = time.perf_counter()
+        m0 = time.monotonic()
         stream.offer(reqs)
         peak = 0
-        while len(stats) < len(reqs):
-            stream.step()
-            peak = max(peak, len(stream._running))
+        try:
+            while len(stats) < len(reqs):
+                if profile_steps and prof is None and window is None and len(stats) >= len(reqs) // 4:
+                    from torch.profiler import ProfilerActivity, profile
+
+                    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+                    prof = profile(activities=acts)
+                    prof.__enter__()
+                    prof_t0, prof_left = time.perf_counter(), profile_steps
+                s0 = time.perf_counter()
+                stream.step()
+                if trace is not None:
+                    trace.step_done(time.perf_counter() - s0)
+                peak = max(peak, len(stream._running))
+                if prof is not None:
+                    prof_left -= 1
+                    if prof_left <= 0:
+                        _sync(torch)
+                        wall = time.perf_counter() - prof_t0
+                        prof.__exit__(None, None, None)
+                        window = classify(prof, wall)
+                        steps = trace.steps[-profile_steps:] if trace is not None else []
+                        window["steps"] = [(round(s.seconds * 1e3, 1), s.prefill_tokens, s.decodes) for s in steps]
+                        prof.export_chrome_trace(str(Path(self.args.json).with_name(f"{self.args.label}_stream_trace.json")))
+                        prof = None
+        finally:
+            if trace is not None:
+                trace.close()
         _sync(torch)
         row = self._row(stats, time.perf_counter() - t0, 1)
         row.update(capacity=capacity, peak_in_flight=peak, errors=len(errors), first_error=(errors or [None])[0],
                    guard_settled=stream.stats.settled,
                    mean_admission_wait_s=round(stream.stats.admission_wait_s / max(1, stream.stats.admitted), 3))
+        if trace is not None:
+            n = max(1, len(stats))
+            per_req = (row["prompt_tokens"] + row["output_tokens"]) / n
+            prompt_fl = n * flops_per_prompt(self.cfg, int(row["prompt_tokens"] / n))
+            row["steps"] = trace.summary(m0, prompt_fl, PEAK_BF16, flops_per_prompt(self.cfg, int(per_req)))
+        if window is not None:
+            row["profile_window"] = window
         return row
 
     def _with_mfu(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -431,9 +472,11 @@ class Bench:
         elif name == "adapters20":
             row = self.adapters20()
         # Issue 35: the streaming worker's loop vs the bare engine, all requests offered at once.
-        elif name in ("stream_nolora", "stream_one", "stream_mixed3"):
-            ads = {"stream_nolora": [None], "stream_one": ["a00"], "stream_mixed3": A3}[name]
-            row = self._with_mfu(self.run_stream(self.requests(n, ads, full_name), a.stream_capacity or a.max_num_seqs))
+        elif name in ("stream_nolora", "stream_one", "stream_mixed3", "streamprof_one", "streamprof_nolora"):
+            ads = {"nolora": [None], "one": ["a00"], "mixed3": A3}[name.split("_", 1)[1]]
+            prof = a.profile_steps if name.startswith("streamprof") else 0
+            row = self._with_mfu(self.run_stream(self.requests(n, ads, full_name),
+                                                 a.stream_capacity or a.max_num_seqs, profile_steps=prof))
         elif name in ("all_nolora", "all_one", "all_mixed3"):  # bare llm.generate, everything at once
             ads = {"all_nolora": [None], "all_one": ["a00"], "all_mixed3": A3}[name]
             row = self._with_mfu(self.run_bare([self.requests(n, ads, full_name)]))
@@ -710,6 +753,8 @@ def main() -> int:
     p.add_argument("--batch-max-tokens", type=int, default=65536)
     p.add_argument("--stream-capacity", type=int, default=0, help="stream_* phases: analyses in flight "
                    "(default: --max-num-seqs)")
+    p.add_argument("--profile-steps", type=int, default=40, help="streamprof_* phases: engine steps "
+                   "under torch.profiler, from the quarter completion")
     p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
                    "videos / videos_nolora phases (video input allowed; may appear after the start)")
     p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")

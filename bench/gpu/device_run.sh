@@ -10,6 +10,8 @@
 #                   27B layer shapes (FIELD_LAYERS, default 16), patch off/on, eager/graphs, PDL off/on
 #          prove    issue 18: with engine_patch: verify text + video, fault run on/off, guard recovery
 #          stream   issue 35: the streaming worker's engine loop vs the bare engine, 256 in flight
+#          stream2k issue 35: ~2,000-token prompts traced per step (stream2k_b: profile window,
+#                   3-vs-1 adapters; stream2k_c: a 65,536-token prefill budget)
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -162,7 +164,25 @@ MAIN_PHASES=MAIN_PHASES=warmup,bare_nolora,bare_one,bare_mixed3,host_mixed3,bare
 SHIPPED=356x256x512
 VIDEO=2000x128x128
 STREAM_PHASES=warmup,all_nolora#$SHIPPED,stream_mixed3#$SHIPPED,closed_grouped3#356x256x64,all_nolora#$VIDEO,stream_one#$VIDEO,stream_one#$SHIPPED,all_one#$SHIPPED,stream_mixed3#$VIDEO
+# Issue 35, second round: where MFU goes at ~2,000-token prompts. Enough analyses that the
+# stream reaches a steady state (more than it holds at once), traced per engine step
+# (bench/gpu/step_trace.py); the stream with and without LoRA and the bare engine on one engine;
+# then a torch.profiler window of the steady state, the shipped shape's 3-vs-1 adapters again,
+# and a larger prefill chunk budget.
+LONG=2000x128x320
+STREAM2K_PHASES=warmup,stream_one#$LONG,stream_nolora#$LONG,all_nolora#$LONG
+STREAM2K_B_PHASES=warmup,streamprof_one#2000x128x160,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,all_nolora#$SHIPPED,stream_mixed3#$LONG
 case $STAGE in
+  stream2k|stream2k_b|stream2k_c)
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    case $STAGE in
+      stream2k)   bench stream2k on 0 $STREAM2K_PHASES $ASSETS "--max-num-seqs 256 --stream-capacity 256" ;;
+      stream2k_b) bench stream2k_b on 0 $STREAM2K_B_PHASES $ASSETS "--max-num-seqs 256 --stream-capacity 256" ;;
+      stream2k_c) GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 65536}'
+                  bench stream2k_c65k on 0 warmup,stream_one#$LONG,stream_nolora#$LONG $ASSETS "--max-num-seqs 256 --stream-capacity 256" ;;
+    esac
+    ;;
   stream)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
