@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     # keeps this many in flight where the KV cache holds them (measured on the H200: 256 in
     # flight does 3.5x the analyses of 16 at the shipped scenarios' shape).
     max_num_seqs: int = 64
+    # Tokens one engine step may schedule (prefill chunks beside decodes); 0 keeps vLLM's
+    # default. On the H200 at ~2,000-token video prompts 32,768 did 1.26x the default's
+    # analyses/s with 64 in flight (bench/results/streaming_h200.md).
+    max_num_batched_tokens: int = 0
     gpu_memory_utilization: float = 0.9
     # A fixed KV-cache size instead of a share of device memory (vLLM's kv_cache_memory_bytes):
     # for a device shared with other processes. On CPU without VLLM_CPU_KVCACHE_SPACE the

@@ -139,6 +139,8 @@ class EngineHost:
             "limit_mm_per_prompt": {"video": 1, "image": 0},
             "structured_outputs_config": {"backend": s.structured_outputs_backend, "disable_any_whitespace": True},
         }
+        if s.max_num_batched_tokens:
+            kwargs["max_num_batched_tokens"] = int(s.max_num_batched_tokens)
         if s.served_model_name:
             kwargs["served_model_name"] = s.served_model_name
         if s.kv_cache_memory_bytes:

@@ -69,7 +69,7 @@ def host(model_dir: Path):
     settings = Settings(
         var_dir=model_dir.parent, model=str(model_dir / "base"),
         adapter_root=model_dir / "adapters", max_loras=2, max_cpu_loras=4, max_lora_rank=8,
-        max_model_len=4096, max_num_seqs=8, enforce_eager=True,
+        max_model_len=4096, max_num_seqs=8, enforce_eager=True, max_num_batched_tokens=6144,
     )
     h = EngineHost(settings)
     assert not h.started  # the constructor builds nothing
@@ -102,7 +102,6 @@ def alone(host, frames, model_dir) -> dict:
 
 
 # -- request building (no engine) ------------------------------------------------------------
-
 
 def test_video_metadata_encodes_real_timestamps() -> None:
     md = video_metadata(TIMESTAMPS)
@@ -307,6 +306,11 @@ def test_start_canary_is_recorded(host) -> None:
 
 
 @pytest.mark.engine
+def test_the_engine_steps_with_the_configured_token_budget(host) -> None:
+    """VIDLORA_MAX_NUM_BATCHED_TOKENS reaches vLLM's scheduler (the H200's prefill-chunk knob)."""
+    assert host.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == 6144
+
+
 def test_overflowing_adapter_is_refused_at_registration(host, alone, frames, model_dir, tmp_path) -> None:
     hot = make_overflow_adapter(model_dir / "adapters" / SCENARIOS[1], tmp_path / "hot")
     rebuilds, events = host.rebuilds, len(host.guard.events)
