@@ -328,9 +328,9 @@ class Bench:
         """The streaming GPU worker's engine loop (workers.engine_stream.EngineStream, what
         tasks.gpu_stream drives): everything offered at once, admitted as the engine has room
         (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes.
-        The scheduler's own output is traced per step (``bench.gpu.step_trace``): ramp, steady
-        state and tail apart. ``profile_steps``: torch.profiler over that many steps from the
-        quarter completion (a separate phase: the profiler slows what it watches)."""
+        The scheduler's own output is traced per step (``bench.gpu.step_trace``): mixed and
+        decode-only steps apart. ``profile_steps``: torch.profiler over that many steps from the
+        step the engine is full (a separate phase: the profiler slows what it watches)."""
         import torch
 
         from bench.gpu.step_trace import StepTrace, classify
@@ -345,19 +345,16 @@ class Bench:
                 errors.append(out.error)
             stats.append((out.prompt_tokens, out.output_tokens,
                           bool((out.health or {}).get("checks", {}).get("logprobs_finite", True))))
-            if trace is not None:
-                trace.finished()
 
         stream = EngineStream(self.host, deliver, capacity=capacity)
         prof, prof_t0, prof_left, window = None, 0.0, 0, None
         _sync(torch)
         t0 = time.perf_counter()
-        m0 = time.monotonic()
         stream.offer(reqs)
         peak = 0
         try:
             while len(stats) < len(reqs):
-                if profile_steps and prof is None and window is None and len(stats) >= len(reqs) // 4:
+                if profile_steps and prof is None and window is None and len(stream._running) >= min(capacity, len(reqs)):
                     from torch.profiler import ProfilerActivity, profile
 
                     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
@@ -383,6 +380,12 @@ class Bench:
         finally:
             if trace is not None:
                 trace.close()
+            if prof is not None:  # the phase ended inside the window: keep what it saw
+                _sync(torch)
+                wall = time.perf_counter() - prof_t0
+                prof.__exit__(None, None, None)
+                window = classify(prof, wall)
+                window["steps_profiled"] = profile_steps - prof_left
         _sync(torch)
         row = self._row(stats, time.perf_counter() - t0, 1)
         row.update(capacity=capacity, peak_in_flight=peak, errors=len(errors), first_error=(errors or [None])[0],
@@ -390,9 +393,8 @@ class Bench:
                    mean_admission_wait_s=round(stream.stats.admission_wait_s / max(1, stream.stats.admitted), 3))
         if trace is not None:
             n = max(1, len(stats))
-            per_req = (row["prompt_tokens"] + row["output_tokens"]) / n
             prompt_fl = n * flops_per_prompt(self.cfg, int(row["prompt_tokens"] / n))
-            row["steps"] = trace.summary(m0, prompt_fl, PEAK_BF16, flops_per_prompt(self.cfg, int(per_req)))
+            row["steps"] = trace.summary(prompt_fl, PEAK_BF16)
         if window is not None:
             row["profile_window"] = window
         return row
@@ -754,7 +756,7 @@ def main() -> int:
     p.add_argument("--stream-capacity", type=int, default=0, help="stream_* phases: analyses in flight "
                    "(default: --max-num-seqs)")
     p.add_argument("--profile-steps", type=int, default=40, help="streamprof_* phases: engine steps "
-                   "under torch.profiler, from the quarter completion")
+                   "under torch.profiler, from the step the engine is full")
     p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
                    "videos / videos_nolora phases (video input allowed; may appear after the start)")
     p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")

@@ -1,12 +1,15 @@
 """Where a streaming phase's time goes (issue 35): per engine step, what the scheduler put in
-it and how long it took; completions over time; optionally a torch.profiler window of steps.
+it and how long it took; optionally a torch.profiler window of steps.
 
-Model-FLOP utilisation over a whole phase mixes three regimes: the ramp (every request still in
-prefill), the steady state (new prefills beside running decodes) and the tail (the last
-requests decoding alone, weight-bandwidth bound, when nothing is left to prefill). A worker fed
-by a queue lives in the steady state; a finite phase also pays the ramp and the tail. This
-module separates them, from the scheduler's own output, so the gap to prefill-only utilisation
-is measured, not guessed.
+Model-FLOP utilisation over a phase mixes two kinds of step: *mixed* steps, where prefill
+chunks run beside the running decodes (compute-bound when the chunk budget is full), and
+*decode-only* steps, where nothing is left to prefill and every running request decodes one
+token (weight- and state-bandwidth bound). A finite phase has decode-only steps at its start
+(the first requests decode while nothing new has arrived) and at its end (the last ones decode
+alone); a worker fed by a queue longer than the engine holds has them only once at its start
+and once at its end, so its sustained rate is the mixed steps' rate. This module separates the
+two from the scheduler's own output, so the gap to prefill-only utilisation is measured, not
+guessed.
 
 Used by ``bench.gpu.bench_engine``'s ``stream_*`` phases; no vLLM object is touched beyond
 wrapping the scheduler's ``schedule`` for the duration of a phase.
@@ -15,7 +18,6 @@ wrapping the scheduler's ``schedule`` for the duration of a phase.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +34,6 @@ class StepTrace:
     """Wraps the in-process scheduler's ``schedule`` while active; ``close`` restores it."""
     scheduler: Any
     steps: list[Step] = field(default_factory=list)
-    done_at: list[float] = field(default_factory=list)   # completion times, monotonic seconds
     _pending: list[tuple[int, int]] = field(default_factory=list)
     _orig: Any = None
 
@@ -67,11 +68,8 @@ class StepTrace:
         pend, self._pending = self._pending, []
         self.steps.append(Step(seconds, sum(p for p, _ in pend), sum(d for _, d in pend)))
 
-    def finished(self) -> None:
-        self.done_at.append(time.monotonic())
-
     # -- reading it ------------------------------------------------------------------------
-    def summary(self, t0: float, prompt_flops_total: float, peak: float, flops_per_request: float) -> dict[str, Any]:
+    def summary(self, prompt_flops_total: float, peak: float) -> dict[str, Any]:
         mixed = [s for s in self.steps if s.prefill_tokens]
         dec = [s for s in self.steps if not s.prefill_tokens and s.decodes]
         idle = [s for s in self.steps if not s.prefill_tokens and not s.decodes]
@@ -90,17 +88,6 @@ class StepTrace:
             # The prompts' FLOPs are all done in mixed steps; decode FLOPs are ~1/2000 of them.
             "mfu_in_mixed_steps": round(prompt_flops_total / max(mixed_s, 1e-9) / peak, 4),
         }
-        n = len(self.done_at)
-        if n >= 8:
-            # Steady state: from the quarter to the three-quarter completion, no ramp, no tail.
-            a, b = n // 4, (3 * n) // 4
-            span = self.done_at[b] - self.done_at[a]
-            if span > 0:
-                rate = (b - a) / span
-                out["steady_req_s"] = round(rate, 3)
-                out["steady_mfu"] = round(rate * flops_per_request / peak, 4)
-                out["ramp_s"] = round(self.done_at[a] - t0, 2)
-                out["tail_s"] = round(self.done_at[-1] - self.done_at[b], 2)
         return out
 
 

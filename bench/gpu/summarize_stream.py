@@ -1,9 +1,13 @@
-"""Issue 35's table from the device's bench_engine JSONs (device stage ``stream``):
-python -m bench.gpu.summarize_stream --res bench/results/h200_stream --out bench/results/streaming_h200
+"""Issue 35's table from the device's bench_engine JSONs (device stages ``stream``, ``stream2k*``):
+python -m bench.gpu.summarize_stream --res bench/results/h200_stream bench/results/h200_stream2k \
+    --out bench/results/streaming_h200
 
 Each phase: analyses/s, videos/h (3 analyses per video, the shipped scenarios), the ratio to the
 bare engine's no-LoRA rate measured on the same engine at the same shape, and MFU (model FLOPs of
-every prompt and output token over the phase's time, 790 TFLOP/s bf16 peak).
+every prompt and output token over the phase's time, 790 TFLOP/s bf16 peak). Streaming phases
+traced per step (``bench.gpu.step_trace``) add the share of time in decode-only steps, the cost
+of one, and the utilisation inside the mixed steps (what a queue longer than the engine holds
+sustains).
 """
 from __future__ import annotations
 
@@ -20,12 +24,15 @@ WHAT = {
     "stream_one": "streaming worker loop, 1 adapter",
     "stream_mixed3": "streaming worker loop, 3 adapters as they arrive",
     "closed_grouped3": "today's worker: closed batches of 16 by adapter (`EngineHost.generate`)",
+    "streamprof_one": "streaming worker loop, 1 adapter, under torch.profiler for 40 steps",
 }
+STEP_FIELDS = ("share_of_time_decode_only", "decode_only_ms_per_step", "decode_only_mean_batch",
+               "mixed_mean_prefill_tokens", "mfu_in_mixed_steps")
 
 
-def rows(res: Path) -> list[dict]:
+def rows(res: list[Path]) -> list[dict]:
     out = []
-    for path in sorted(res.glob("*.json")):
+    for path in sorted(p for r in res for p in r.glob("*.json")):
         run = json.loads(path.read_text())
         phases = run["phases"]
         for key, row in phases.items():
@@ -47,20 +54,22 @@ def rows(res: Path) -> list[dict]:
                 "engine_kwargs": {k: run.get("engine_kwargs", {}).get(k) for k in
                                   ("max_num_seqs", "max_loras", "max_lora_rank", "enforce_eager", "max_num_batched_tokens")},
                 "kv_tokens": (run.get("memory", {}).get("num_gpu_blocks") or 0) * (run.get("memory", {}).get("block_size") or 0),
+                "steps": {k: row["steps"][k] for k in STEP_FIELDS} if row.get("steps") else None,
             })
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--res", required=True)
+    ap.add_argument("--res", required=True, nargs="+")
     ap.add_argument("--out", required=True, help="path without suffix: writes .json")
     a = ap.parse_args()
-    table = rows(Path(a.res))
+    table = rows([Path(r) for r in a.res])
     Path(a.out + ".json").write_text(json.dumps({"phases": table}, indent=1) + "\n")
     for r in table:
         print(f"| {r['run']} | {r['phase']} | {r['what']} | {r['analyses_per_s']:.2f} | {r['videos_per_hour']:,} | "
-              f"{r['ratio_to_bare_nolora'] if r['ratio_to_bare_nolora'] is not None else '-'} | {r['mfu']} |")
+              f"{r['ratio_to_bare_nolora'] if r['ratio_to_bare_nolora'] is not None else '-'} | {r['mfu']} | "
+              f"{' '.join(f'{k}={v}' for k, v in (r['steps'] or {}).items())} |")
 
 
 if __name__ == "__main__":
