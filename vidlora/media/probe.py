@@ -16,9 +16,14 @@ from fractions import Fraction
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
-from vidlora.media.ffprobe import FrameTable, ProbeError, decodes_near_start, probe_header, read_frame_table
+from vidlora.media.ffprobe import (
+    DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order, probe_header,
+    read_frame_table,
+)
 
 MAX_ASPECT = 200  # the VLM's resizer (Qwen smart_resize) refuses more extreme shapes
+# Codecs that have no interlaced mode: no need to run idet on them.
+PROGRESSIVE_CODECS = frozenset({"vp8", "vp9", "av1", "theora", "gif", "png", "apng", "webp"})
 
 
 def plain_words(message: str, path: Path | str | None = None, limit: int = 120) -> str:
@@ -62,10 +67,23 @@ class ProbeInfo:
     # Shape of one stored pixel ("128:117": 128/117 times as wide as tall); the displayed size
     # already includes it, and every resize works from the displayed size.
     sample_aspect: str = "1:1"
+    # "progressive", or how the two fields are woven: "tt"/"bb" (top/bottom field first, also
+    # "tb"/"bt"), from the stream's flags or, where it has none, from ffmpeg's idet.
+    field_order: str = "progressive"
+    # The span the file's header declares, when it declares one; a partial file (a copy cut
+    # short, a card that filled up) declares more than its packets hold.
+    declared_duration_s: float | None = None
+    # The file ends before its declared end, or part-way through a packet: it is analysed as
+    # far as it decodes, and flagged.
+    truncated: bool = False
 
     @property
     def has_video(self) -> bool:
         return self.frame_count > 0
+
+    @property
+    def interlaced(self) -> bool:
+        return self.field_order in INTERLACED
 
     def as_dict(self) -> dict:
         return {**asdict(self), "has_video": self.has_video}
@@ -130,7 +148,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
-        table = read_frame_table(path, time_base, frame_dur, timeout)
+        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path))
     except ProbeError as exc:
         raise BadVideo("probe timed out" if exc.timed_out
                        else f"corrupt video stream ({plain_words(str(exc), path)})") from None
@@ -159,10 +177,28 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     if not fps or len(table.pts) > 1 and abs(fps - n / duration) > 0.5 * fps:
         fps = n / duration  # headers of VFR/odd files can be far off; trust the packets
     bit_rate = _int(fmt.get("bit_rate")) or _int(st.get("bit_rate"))
+    field_order = str(st.get("field_order") or "unknown")
+    if codec in PROGRESSIVE_CODECS:
+        field_order = "progressive"
+    elif field_order not in INTERLACED and field_order != "progressive":
+        try:
+            field_order = detect_field_order(path, timeout)
+        except ProbeError:
+            raise BadVideo("probe timed out") from None
+    container = _container(fmt_name, path)
+    # A header that declares more than the packets hold (beyond rounding and a last frame's
+    # length): the file was cut short. MPEG-TS declares nothing; it shows a cut by ending
+    # part-way through a packet.
+    if container in DISCONTINUOUS:
+        declared = 0.0  # ffprobe's figure there is its own estimate from the packets, not a header's
+    truncated = bool(declared and declared - duration > max(1.0, 0.02 * declared)) \
+        or (container in ("mpegts", "mpegtsraw") and cut_mid_packet(path))
     info = ProbeInfo(
-        container=_container(fmt_name, path), codec=codec, width=width, height=height,
+        container=container, codec=codec, width=width, height=height,
         rotation=rotation, fps=round(float(fps), 6), duration_s=round(duration, 6),
         frame_count=n, bit_rate=bit_rate, sample_aspect=f"{sar.numerator}:{sar.denominator}",
+        field_order=field_order, declared_duration_s=round(declared, 3) if declared else None,
+        truncated=truncated,
     )
     return info, table
 

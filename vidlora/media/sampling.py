@@ -25,7 +25,10 @@ from dataclasses import asdict, dataclass, fields
 from vidlora.media.probe import BadVideo, ProbeInfo
 
 FACTOR = 32
-KEY_VERSION = "v2"  # bump when plan_timestamps/target_size change what a key produces
+# bump when plan_timestamps/target_size/deinterlacing change what a key produces
+# (v3: interlaced video is deinterlaced; the key says whether the policy allows it)
+KEY_VERSION = "v3"
+DEINTERLACE_MODES = ("auto", "off")
 MAX_FRAMES_LIMIT = 4096
 
 
@@ -40,10 +43,15 @@ class SamplingPolicy:
     end_s: float | None = None
     max_pixels: int = 448 * 448
     min_pixels: int = 64 * 64
+    # "auto": interlaced video (stream flags, or ffmpeg's idet where they are missing) is
+    # deinterlaced with bwdif before the resize; "off": frames as stored, fields woven.
+    deinterlace: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("uniform", "fps"):
             raise ValueError(f"mode must be 'uniform' or 'fps', not {self.mode!r}")
+        if self.deinterlace not in DEINTERLACE_MODES:
+            raise ValueError(f"deinterlace must be one of {list(DEINTERLACE_MODES)}, not {self.deinterlace!r}")
         for name in ("num_frames", "min_frames", "max_frames", "max_pixels", "min_pixels"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
@@ -111,7 +119,7 @@ class SamplingPolicy:
             parts += [f"fps={_num(self.fps)}", f"min={self.min_frames}", f"max={self.max_frames}"]
         parts += [f"start={_num(self.start_s or 0.0)}",
                   f"end={'' if self.end_s is None else _num(self.end_s)}",
-                  f"px={self.min_pixels}-{self.max_pixels}"]
+                  f"px={self.min_pixels}-{self.max_pixels}", f"deint={self.deinterlace}"]
         return ";".join(parts)
 
     def key_hash(self) -> str:
