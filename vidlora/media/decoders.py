@@ -271,6 +271,8 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
     streams) are always decoded from the start: there is nothing to seek by.
     """
     if table.synthetic or not table.pos and container in BYTE_SEEK:
+        if notes is not None:
+            notes.append("this file carries no usable timestamps, so it was decoded from the start")
         return _decode_sequential(path, table, picks, size, threads, emit, deinterlace, container)
     key_idx = [i for i, k in enumerate(table.keyframe) if k]
     groups: list[list[int]] = []

@@ -189,8 +189,10 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     # A header that declares more than the packets hold (beyond rounding and a last frame's
     # length): the file was cut short. MPEG-TS declares nothing; it shows a cut by ending
     # part-way through a packet.
-    if container in DISCONTINUOUS:
-        declared = 0.0  # ffprobe's figure there is its own estimate from the packets, not a header's
+    if container in DISCONTINUOUS or declared < duration:
+        # ffprobe's figure for TS/PS is its own estimate from the packets, and a header that
+        # declares less than the packets hold (MKV written with negative timestamps) is wrong.
+        declared = 0.0
     truncated = bool(declared and declared - duration > max(1.0, 0.02 * declared)) \
         or (container in ("mpegts", "mpegtsraw") and cut_mid_packet(path))
     info = ProbeInfo(
