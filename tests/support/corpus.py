@@ -229,7 +229,7 @@ def _footage_recipes() -> dict[str, tuple[str, list[list[str]]]]:
     return {
         # AVCHD-like: interlaced (MBAFF, top field first) H.264 in MPEG-TS with AC-3 audio,
         # tiny instead of 1920x1080 so CI stays fast; named .MTS as cameras do.
-        "avchd_mts": (".MTS", [[*sine, *_woven(192, 112, 3), "-map", "0:a", *X264, "-flags", "+ildct+ilme",
+        "avchd_mts": (".MTS", [[*sine, *_woven(192, 128, 3), "-map", "0:a", *X264, "-flags", "+ildct+ilme",
                                 "-x264-params", "tff=1", "-g", "12", "-c:a", "ac3", "-shortest",
                                 "-f", "mpegts", "{out}"]]),
         # A long broadcast-like recording, cheap to make and to scan: 20 min, 64x36, 1 fps,

@@ -45,7 +45,6 @@ Backend order (``default_backends``), from the measurements in DESIGN.md "Decodi
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 from bisect import bisect_right
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from vidlora.media.ffprobe import FFMPEG, FrameTable
+from vidlora.media.ffprobe import read_showinfo as _read_showinfo
 from vidlora.media.probe import ProbeInfo
 
 if TYPE_CHECKING:  # numpy is imported lazily: the parent process should not load OpenBLAS threads
@@ -230,14 +230,6 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
 
 # -- ffmpeg CLI ---------------------------------------------------------------------------------
 
-_SHOWINFO = re.compile(r"Parsed_showinfo_(\d+).*\bn:\s*\d+\s+pts:\s*(-?\d+).*\biskey:(\d)")
-# A decoder's complaint about the frame it is decoding ("[h264 @ 0x..] error while decoding MB",
-# "concealing ... errors", "Invalid NAL unit size"); demuxer/muxer lines are not frames'. The
-# output muxer's "non monotonically increasing dts" (timestamps that start over in a joined
-# recording) says nothing about the pictures.
-_DECODE_ERROR = re.compile(r"^\[(?!Parsed_|mov,|matroska|mpeg(?:ts)? @|avi @|NULL @|rawvideo @|subfile @)[\w-]+ @ 0x[0-9a-f]+\]"
-                           r"(?!.*monotonically increasing dts).*"
-                           r"(?:error|conceal|invalid|corrupt|missing)", re.IGNORECASE)
 DEINTERLACE = "bwdif=mode=send_frame:parity=auto:deint=all"
 # Picks whose keyframes lie this close together are decoded in one pass: starting a process
 # costs about as much as decoding a couple of seconds of video.
@@ -423,39 +415,6 @@ def _ffmpeg_run(inputs: list[str], want: list[int], size: tuple[int, int], threa
     if len(pts) != k:
         raise Mismatch(f"ffmpeg delivered {k} frames but reported {len(pts)} timestamps")
     return _Run(pts, dirty_at, decoded)
-
-
-def _read_showinfo(log: str) -> tuple[list[int], dict, list[tuple[int, bool]]]:
-    """(pts of the delivered frames, {pts or ("n", index): True for every dirty decoded frame},
-    [(pts, keyframe) of every decoded frame])."""
-    delivered: list[int] = []
-    decoded: list[tuple[int, bool]] = []
-    dirty_at: dict = {}
-    errors, dirty, n = 0, False, 0
-    first = None
-    decoding = False  # complaints while ffmpeg probes the input (before "Stream mapping") are no frame's
-    for line in log.splitlines():
-        if line.startswith("Stream mapping:"):
-            decoding = True
-            continue
-        if _DECODE_ERROR.search(line):
-            errors += decoding
-            continue
-        m = _SHOWINFO.search(line)
-        if not m:
-            continue
-        inst, p, key = int(m.group(1)), int(m.group(2)), m.group(3) == "1"
-        first = inst if first is None else first
-        if inst != first:
-            delivered.append(p)
-            continue
-        decoded.append((p, key))
-        dirty = bool(errors) if key else (dirty or bool(errors))
-        errors = 0
-        if dirty:
-            dirty_at[p] = dirty_at[("n", n)] = True
-        n += 1
-    return delivered, dirty_at, decoded
 
 
 def _any_of(terms: list[str]) -> str:

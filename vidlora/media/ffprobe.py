@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from bisect import bisect_right
@@ -40,6 +41,48 @@ def find_tool(name: str) -> str:
 
 FFPROBE = find_tool("ffprobe")
 FFMPEG = find_tool("ffmpeg")
+
+
+_SHOWINFO = re.compile(r"Parsed_showinfo_(\d+).*\bn:\s*\d+\s+pts:\s*(-?\d+).*\biskey:(\d)")
+# showinfo lines, and a decoder's complaint about the frame it is decoding ("[h264 @ 0x..] error while decoding MB",
+# "concealing ... errors", "Invalid NAL unit size"); demuxer/muxer lines are not frames'. The
+# output muxer's "non monotonically increasing dts" (timestamps that start over in a joined
+# recording) says nothing about the pictures.
+_DECODE_ERROR = re.compile(r"^\[(?!Parsed_|mov,|matroska|mpeg(?:ts)? @|avi @|NULL @|rawvideo @|subfile @)[\w-]+ @ 0x[0-9a-f]+\]"
+                           r"(?!.*monotonically increasing dts).*"
+                           r"(?:error|conceal|invalid|corrupt|missing)", re.IGNORECASE)
+
+def read_showinfo(log: str) -> tuple[list[int], dict, list[tuple[int, bool]]]:
+    """(pts of the delivered frames, {pts or ("n", index): True for every dirty decoded frame},
+    [(pts, keyframe) of every decoded frame])."""
+    delivered: list[int] = []
+    decoded: list[tuple[int, bool]] = []
+    dirty_at: dict = {}
+    errors, dirty, n = 0, False, 0
+    first = None
+    decoding = False  # complaints while ffmpeg probes the input (before "Stream mapping") are no frame's
+    for line in log.splitlines():
+        if line.startswith("Stream mapping:"):
+            decoding = True
+            continue
+        if _DECODE_ERROR.search(line):
+            errors += decoding
+            continue
+        m = _SHOWINFO.search(line)
+        if not m:
+            continue
+        inst, p, key = int(m.group(1)), int(m.group(2)), m.group(3) == "1"
+        first = inst if first is None else first
+        if inst != first:
+            delivered.append(p)
+            continue
+        decoded.append((p, key))
+        dirty = bool(errors) if key else (dirty or bool(errors))
+        errors = 0
+        if dirty:
+            dirty_at[p] = dirty_at[("n", n)] = True
+        n += 1
+    return delivered, dirty_at, decoded
 
 
 class ProbeError(Exception):
@@ -143,7 +186,7 @@ JOIN_GAP_S = 10.0
 
 
 def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
-                     container: str = "") -> FrameTable:
+                     container: str = "", declared_s: float | None = None) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
@@ -151,18 +194,25 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     with ffprobe and reading each frame's best-effort timestamp: slower, but still exact.
     In MPEG-TS/PS a timestamp jump back (or forward by more than ``JOIN_GAP_S``) at a keyframe
     starts a new segment (see ``FrameTable``).
+
+    A partial file (a transport stream that ends part-way through a packet, or packets that
+    fall short of the ``declared_s`` span the header declares) is decoded from its last keyframe
+    to the end, and the table stops at the last frame that decodes cleanly.
     """
     out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "packet=pts,dts,duration,pos,flags", "-of", "csv=p=0", str(path)], timeout)
+                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
+    file_size = Path(path).stat().st_size
     rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
     for line in out.splitlines():
         f = line.split(",")
-        if len(f) < 5:
+        if len(f) < 6:
             continue
-        pts, dts, dur, pos, flags = (_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]),
-                                     _parse_int(f[3]), f[4])
+        pts, dts, dur, size, pos, flags = (_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]),
+                                           _parse_int(f[3]), _parse_int(f[4]), f[5])
+        if pos is not None and size is not None and pos + size > file_size:
+            continue  # an index (MP4 moov at the front) lists data the file no longer holds
         if pts is None:
             missing += 1
             continue
@@ -178,8 +228,10 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         # keyframe in file order.
         first_key = next(n for n, r in enumerate(rows) if r[1])
         rows = rows[first_key:] if first_key else rows
-    if container in DISCONTINUOUS and rows and cut_mid_packet(path):
-        rows = rows[:-1]  # the file ends inside its last frame's data: that frame cannot decode
+    span = float((max(r[0] for r in rows) - min(r[0] for r in rows)) * time_base) if rows else 0.0
+    if rows and (container in DISCONTINUOUS and cut_mid_packet(path)
+                 or declared_s and declared_s - span > max(1.0, 0.02 * declared_s)):
+        rows = _decodable_rows(path, rows, container, time_base, timeout)
     runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
     if len(runs) == 1:
         return _table([r[:3] for r in sorted(rows)], time_base, default_duration, [r[3] for r in sorted(rows)])
@@ -199,6 +251,31 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         end = merged[-1][0] + step
     table = _table(merged, time_base, default_duration, positions)
     return replace(table, segments=tuple(segments))
+
+
+def _decodable_rows(path: Path, rows: list, container: str, time_base: Fraction, timeout: float) -> list:
+    """A file cut part-way: decode from its last keyframe to the end and keep the rows up to
+    the last frame that decodes cleanly (the cut frame, and frames that reference it, do not).
+    Rows are in file order; the tail is read from that keyframe's byte offset (TS/PS) or time."""
+    last_key = max((n for n, r in enumerate(rows) if r[1]), default=0)
+    start = rows[last_key][3]
+    if container in DISCONTINUOUS:
+        src = ["-f", container, "-i", f"subfile,,start,{start},end,0,,:{path}" if start > 0 else str(path)]
+    else:
+        src = ["-seek_timestamp", "1", "-ss", f"{float(rows[last_key][0] * time_base):.6f}", "-i", str(path)]
+    try:
+        proc = subprocess.run([FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts",
+                               "-noaccurate_seek", *src, "-map", "0:v:0", "-an", "-vf", "showinfo", "-f", "null", "-"],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("timed out", timed_out=True) from exc
+    _, dirty, decoded = read_showinfo(proc.stderr)
+    clean = {p for p, _ in decoded if not dirty.get(p)}
+    tail = sorted(rows[last_key:])
+    bad = next((r[0] for r in tail if r[0] not in clean), None)
+    if bad is None:
+        return rows
+    return rows[:last_key] + [r for r in rows[last_key:] if r[0] < bad]
 
 
 def _split_segments(rows: list, time_base: Fraction) -> list[list]:

@@ -167,7 +167,7 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
         st = next(x for x in head.get("streams", []) if x.get("codec_type") == "video")
         tb = Fraction(st.get("time_base", "1/1000"))
         return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
-                                info.container)
+                                info.container, info.declared_duration_s)
     except (ProbeError, StopIteration) as exc:
         raise BadVideo("probe timed out" if getattr(exc, "timed_out", False) else "cannot read video packets") from None
 

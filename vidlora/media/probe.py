@@ -148,7 +148,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
-        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path))
+        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None)
     except ProbeError as exc:
         raise BadVideo("probe timed out" if exc.timed_out
                        else f"corrupt video stream ({plain_words(str(exc), path)})") from None
