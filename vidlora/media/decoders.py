@@ -375,7 +375,10 @@ def _ffmpeg_run(inputs: list[str], want: list[int], size: tuple[int, int], threa
 
     ``-copyts`` keeps the container's raw pts (the filter time base is the stream's), so the
     selection is integer-exact; ``-noautorotate`` because rotation is applied by the caller;
-    ``-noaccurate_seek`` because ``select`` picks the frames, not the seek."""
+    ``-noaccurate_seek`` because ``select`` picks the frames, not the seek. One decoding thread
+    (``threads`` is unused here): frame threads log a frame's errors out of order, and the
+    damage count in a reason must not change between two runs of one file; the CPU seconds are
+    the same, and a pass decodes a few keyframe intervals, not the file."""
     import numpy as np
 
     w, h = size
@@ -388,7 +391,7 @@ def _ffmpeg_run(inputs: list[str], want: list[int], size: tuple[int, int], threa
     deint = f"{DEINTERLACE}," if deinterlace else ""
     vf = f"showinfo,{deint}select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-noautorotate",
-           "-noaccurate_seek", "-threads", str(threads or 0), *inputs, "-map", "0:v:0", "-an", "-sn", "-dn",
+           "-noaccurate_seek", "-threads", "1", *inputs, "-map", "0:v:0", "-an", "-sn", "-dn",
            "-vf", vf, "-vsync", "passthrough", *(["-frames:v", str(limit)] if limit else []),
            "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
     frame_bytes = w * h * 3

@@ -24,6 +24,7 @@ the media store can move as a whole; ``SampledFrames.paths(out_dir.parent)`` mak
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -35,10 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
+from vidlora.media import reasons
 from vidlora.media.decoders import BACKENDS, default_backends, default_threads
 from vidlora.media.ffprobe import FrameTable, ProbeError, read_frame_table
 from vidlora.media.probe import BadVideo, ProbeInfo, plain_words, probe_with_table
 from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
+
+log = logging.getLogger(__name__)
 
 # The worker command; tests replace it to prove that a hung worker is killed.
 WORKER_CMD = [sys.executable, "-m", "vidlora.media.decode_worker"]
@@ -114,9 +118,8 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
             att = _run_worker(job, s.decode_timeout_s)
             if att.damaged:
                 # Another backend would decode the same damaged data, maybe without saying so.
-                worst = [round(times[i], 2) for i in att.damaged[:3]]
-                raise BadVideo(f"damaged video: {len(att.damaged)} of {len(picks)} sampled frames decode "
-                               f"only with errors and have no clean frame nearby (at {worst} s)")
+                worst = [round(times[i], 2) for i in sorted(att.damaged)[:3]]
+                raise BadVideo(reasons.damaged(len(att.damaged), len(picks), worst))
             delivered = _delivered(att.pts, picks, table, att.replaced, floor) if att.ok else None
             if att.ok and delivered is None:
                 att = _Attempt(False, error="delivered frames with other timestamps than asked for")
@@ -132,9 +135,11 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
             errors.append(f"{backend}: {att.error}")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    # What each backend said goes to the log; the reason is the vocabulary's sentence.
+    log.info("sampling %s failed: %s", path.name, plain_words("; ".join(errors), path, 600))
     if timed_out:
-        raise BadVideo("decoder timed out")
-    raise BadVideo(f"decoding failed ({plain_words('; '.join(errors), path, 300)})")
+        raise BadVideo(reasons.DECODER_TIMED_OUT, detail="; ".join(errors))
+    raise BadVideo(reasons.DECODING_FAILED, detail=plain_words("; ".join(errors), path, 600))
 
 
 def _delivered(pts: list[int] | None, picks: list[int], table: FrameTable,
@@ -169,7 +174,8 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
         return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
                                 info.container, info.declared_duration_s)
     except (ProbeError, StopIteration) as exc:
-        raise BadVideo("probe timed out" if getattr(exc, "timed_out", False) else "cannot read video packets") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if getattr(exc, "timed_out", False)
+                       else reasons.PACKETS_UNREADABLE) from None
 
 
 def _run_worker(job: dict, timeout: float) -> _Attempt:

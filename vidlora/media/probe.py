@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
+from vidlora.media import reasons
 from vidlora.media.ffprobe import (
     DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order, probe_header,
     read_frame_table,
@@ -43,11 +44,13 @@ def plain_words(message: str, path: Path | str | None = None, limit: int = 120) 
 
 
 class BadVideo(Exception):
-    """The file cannot be sampled. ``reason`` is short and human readable; ``str(e) == reason``."""
+    """The file cannot be sampled. ``reason`` is a sentence from ``reasons`` (what is wrong,
+    what to do); ``str(e) == reason``. ``detail``: what the decoders said, for logs only."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason)
         self.reason = reason
+        self.detail = detail
 
     def __str__(self) -> str:
         return self.reason
@@ -100,12 +103,12 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     path = Path(path)
     timeout = s.decode_timeout_s
     if not path.is_file():
-        raise BadVideo("file not found")
+        raise BadVideo(reasons.FILE_NOT_FOUND)
     if path.stat().st_size == 0:
-        raise BadVideo("empty file (0 bytes)")
+        raise BadVideo(reasons.EMPTY)
     head_bytes = _head(path)
     if _looks_like_text(head_bytes):
-        raise BadVideo("not a video file (text)")
+        raise BadVideo(reasons.TEXT)
 
     try:
         head = probe_header(path, timeout)
@@ -114,31 +117,30 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fmt = head.get("format", {})
     fmt_name = fmt.get("format_name", "")
     if fmt_name == "image2" or fmt_name.endswith("_pipe"):
-        raise BadVideo(f"still image, not a video ({fmt_name.removesuffix('_pipe')})")
+        raise BadVideo(reasons.image(fmt_name.removesuffix("_pipe")))
 
     streams = head.get("streams", [])
     videos = [st for st in streams if st.get("codec_type") == "video"
               and not st.get("disposition", {}).get("attached_pic")]
     if not streams and (_float(fmt.get("duration")) or 0.0) <= 0:
-        if _known_container(head_bytes) or _int(fmt.get("probe_score")) == 100:
-            raise BadVideo("zero duration (container holds no streams)")
-        # ffprobe guessed some format from a few bytes and found nothing in it
-        raise BadVideo("not a video file (no audio or video streams found)")
+        # A known container with nothing in it, or a format ffprobe guessed from a few bytes:
+        # either way there is nothing to show, and the header is the likely culprit.
+        raise BadVideo(reasons.NO_STREAMS)
     if not videos:
         audio = any(st.get("codec_type") == "audio" for st in streams)
-        raise BadVideo("no video stream (audio-only file)" if audio else "no video stream")
+        raise BadVideo(reasons.AUDIO_ONLY if audio else reasons.NO_VIDEO)
     st = videos[0]
     codec = st.get("codec_name") or ""
     if not codec or codec == "none":
-        raise BadVideo(f"unsupported codec (fourcc {st.get('codec_tag_string', '?')!s})")
+        raise BadVideo(reasons.unsupported_fourcc(str(st.get("codec_tag_string", "?"))))
 
     stored_w, stored_h = int(st.get("width") or 0), int(st.get("height") or 0)
     if stored_w <= 0 or stored_h <= 0:
-        raise BadVideo("unknown frame size")
+        raise BadVideo(reasons.UNKNOWN_SIZE)
     if stored_w * stored_h > s.max_video_pixels:
-        raise BadVideo(f"resolution too large ({stored_w}x{stored_h} > {s.max_video_pixels} pixels)")
+        raise BadVideo(reasons.too_large(stored_w, stored_h, s.max_video_pixels))
     if max(stored_w, stored_h) > MAX_ASPECT * min(stored_w, stored_h):
-        raise BadVideo(f"absurd resolution {stored_w}x{stored_h} (aspect ratio over {MAX_ASPECT}:1)")
+        raise BadVideo(reasons.absurd_aspect(stored_w, stored_h, MAX_ASPECT))
 
     declared = _float(st.get("duration")) or _float(fmt.get("duration")) or 0.0
     if declared > s.max_duration_s:
@@ -150,24 +152,24 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     try:
         table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None)
     except ProbeError as exc:
-        raise BadVideo("probe timed out" if exc.timed_out
-                       else f"corrupt video stream ({plain_words(str(exc), path)})") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.PACKETS_UNREADABLE) from None
     if not table.pts:
-        raise BadVideo("zero duration (no video frames)")
+        frames_said = _int(st.get("nb_frames"))
+        if frames_said or declared > 0:  # the header promised pictures the packets do not hold
+            raise BadVideo(reasons.declared_but_unreadable(frames_said, declared))
+        raise BadVideo(reasons.NO_FRAMES)
     duration = table.duration_s
     if duration <= 0:
-        raise BadVideo("zero duration")
+        raise BadVideo(reasons.NO_FRAMES)
     if duration > s.max_duration_s:
         raise BadVideo(_too_long(duration, s))
 
     try:
         decodes = decodes_near_start(path, timeout)
     except ProbeError as exc:
-        if exc.timed_out:
-            raise BadVideo("probe timed out") from None
-        raise BadVideo(f"unsupported codec or undecodable video ({codec}: {plain_words(str(exc), path)})") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.undecodable(codec)) from None
     if not decodes:
-        raise BadVideo(f"unsupported codec or undecodable video ({codec}: no frame decodes)")
+        raise BadVideo(reasons.undecodable(codec))
 
     rotation = _rotation(st)
     sar = _sample_aspect(st)
@@ -184,7 +186,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         try:
             field_order = detect_field_order(path, timeout)
         except ProbeError:
-            raise BadVideo("probe timed out") from None
+            raise BadVideo(reasons.PROBE_TIMED_OUT) from None
     container = _container(fmt_name, path)
     # A header that declares more than the packets hold (beyond rounding and a last frame's
     # length): the file was cut short. MPEG-TS declares nothing; it shows a cut by ending
@@ -238,21 +240,21 @@ def _known_container(b: bytes) -> bool:
 
 def _header_reason(exc: ProbeError, head: bytes, path: Path) -> str:
     if exc.timed_out:
-        return "probe timed out"
+        return reasons.PROBE_TIMED_OUT
     err = exc.stderr
     if "moov atom not found" in err:
         if not _iso_box(head):  # ffprobe picked the mp4 demuxer from the name only
-            return "not a video file (unrecognised data)"
-        return "truncated or incomplete MP4 (moov atom not found)"
+            return reasons.UNRECOGNISED
+        return reasons.MOOV_MISSING
     if "Invalid data found when processing input" in err:
-        return "not a video file (unrecognised data)"
+        return reasons.UNRECOGNISED
     if "End of file" in err or "truncat" in err.lower():
-        return "truncated file" if _known_container(head) else "not a video file (unrecognised data)"
-    return f"unreadable file ({plain_words(str(exc), path)})"
+        return reasons.HEADER_CUT if _known_container(head) else reasons.UNRECOGNISED
+    return reasons.HEADER_CUT if _known_container(head) else reasons.UNRECOGNISED
 
 
 def _too_long(duration: float, s: Settings) -> str:
-    return f"too long ({duration:.0f} s > {s.max_duration_s:.0f} s limit)"
+    return reasons.too_long(duration, s.max_duration_s)
 
 
 def _container(fmt_name: str, path: Path) -> str:

@@ -22,6 +22,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, fields
 
+from vidlora.media import reasons
 from vidlora.media.probe import BadVideo, ProbeInfo
 
 FACTOR = 32
@@ -137,7 +138,7 @@ def plan_timestamps(info: ProbeInfo, policy: SamplingPolicy) -> list[float]:
     start = policy.start_s or 0.0
     end = info.duration_s if policy.end_s is None else min(policy.end_s, info.duration_s)
     if start >= info.duration_s:
-        raise BadVideo(f"sampling window starts at {start:g} s, after the video ends ({info.duration_s:g} s)")
+        raise BadVideo(reasons.window_after_end(start, info.duration_s))
     window = end - start
     if policy.mode == "uniform":
         n = policy.num_frames
