@@ -123,9 +123,10 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     videos = [st for st in streams if st.get("codec_type") == "video"
               and not st.get("disposition", {}).get("attached_pic")]
     if not streams and (_float(fmt.get("duration")) or 0.0) <= 0:
-        # A known container with nothing in it, or a format ffprobe guessed from a few bytes:
-        # either way there is nothing to show, and the header is the likely culprit.
-        raise BadVideo(reasons.NO_STREAMS)
+        # An MP4 whose index parsed (no "moov not found") and lists nothing was written empty;
+        # any other container with nothing in it, or a format guessed from a few bytes, most
+        # likely has a damaged header.
+        raise BadVideo(reasons.EMPTY_CONTAINER if _iso_box(head_bytes) else reasons.NO_STREAMS)
     if not videos:
         audio = any(st.get("codec_type") == "audio" for st in streams)
         raise BadVideo(reasons.AUDIO_ONLY if audio else reasons.NO_VIDEO)

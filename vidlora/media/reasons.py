@@ -26,6 +26,7 @@ HEADER_CUT = "truncated or damaged header: the file ends or breaks inside its he
 AUDIO_ONLY = "no video stream (audio-only file): there are no pictures to analyse. Upload a video."
 NO_VIDEO = "no video stream: the file holds no pictures to analyse. Upload a video."
 UNKNOWN_SIZE = "unknown frame size: the video header gives no picture size. " + REENCODE
+EMPTY_CONTAINER = "zero duration: the file is a valid MP4 with no audio or video in it. Upload a recording that has pictures."
 NO_FRAMES = "zero duration: the video track holds no frames. Upload a recording that has pictures."
 PACKETS_UNREADABLE = "corrupt video stream: its packets cannot be read. " + REUPLOAD
 PROBE_TIMED_OUT = "probe timed out: reading the file took longer than the time limit. Try again, or re-encode it."
