@@ -315,7 +315,12 @@ def _ffmpeg_pass(path: Path, table: FrameTable, group: list[int], size: tuple[in
     tb = table.time_base
     if container in BYTE_SEEK:
         end = seg_end if seg_end >= 0 else 0
-        src = f"subfile,,start,{table.pos[start]},end,{end},,:{path}"
+        # MPEG-PS leaves some packets without a byte offset: start at the nearest earlier frame
+        # that has one (still before the group's keyframe, which must be decoded to count).
+        at = next((table.pos[j] for j in range(start, seg_first - 1, -1) if table.pos[j] >= 0), -1)
+        if at < 0:
+            at = table.pos[seg_first] if seg_first and table.pos[seg_first] >= 0 else 0
+        src = f"subfile,,start,{at},end,{end},,:{path}"
         span = float((table.raw_pts(group[-1]) - table.raw_pts(start)) * tb) + 2.0
         inputs = ["-f", container, "-t", f"{span:.3f}", "-i", src]
     else:  # the index's keyframe at or before this time: the start keyframe itself
@@ -352,7 +357,10 @@ def _decode_sequential(path: Path, table: FrameTable, picks: list[int], size: tu
     for first, group in by_seg.items():
         _, _, seg_end = table.segment_of(first)
         if len(table.segments) > 1 and table.pos:
-            src = f"subfile,,start,{table.pos[first]},end,{seg_end if seg_end >= 0 else 0},,:{path}"
+            if first > 0 and table.pos[first] < 0:  # reading from the start would meet the first half's pts
+                raise Mismatch("a joined recording's second part has no byte offset to start from")
+            at = max(0, table.pos[first])
+            src = f"subfile,,start,{at},end,{seg_end if seg_end >= 0 else 0},,:{path}"
             inputs = ["-f", container, "-i", src] if container in BYTE_SEEK else ["-i", src]
         else:
             inputs = ["-i", str(path)]
