@@ -247,6 +247,8 @@ def _footage_recipes() -> dict[str, tuple[str, list[list[str]]]]:
         # into "top field first" even when progressive (its fine line pattern), testsrc does not.
         "mjpeg_avi": (".avi", [[*_coded(176, 144, str(FOOTAGE_FPS), 4, source="testsrc"), "-c:v", "mjpeg", "-q:v", "3",
                                 "-pix_fmt", "yuvj420p", "{out}"]]),
+        # H.264 in AVI: AVI stores no pts; without B-frames they are the dts (no decode to learn them).
+        "h264_avi": (".avi", [[*coded, *X264, "-bf", "0", "{out}"]]),
         # Two recordings joined: both halves start at the same pts (footage_videos cats them);
         # the codes run on, 0..49 then 50..99.
         "joined_a": (".ts", [[*_coded(176, 144, str(FOOTAGE_FPS), 2), *half, "{out}"]]),
@@ -263,7 +265,7 @@ def _footage_recipes() -> dict[str, tuple[str, list[list[str]]]]:
 
 
 def footage_videos(cache_dir: Path) -> dict[str, Path]:
-    """Generate (once): avchd_mts, long_ts, dvd_vob, dv_avi, mjpeg_avi, joined_ts (two TS
+    """Generate (once): avchd_mts, long_ts, dvd_vob, dv_avi, mjpeg_avi, h264_avi, joined_ts (two TS
     recordings joined with ``cat``: 4 s, timestamps start over at 2 s), negative_mkv,
     truncated_mp4 and truncated_ts (the first 55 % of a 4 s file). All 25 fps except long_ts
     (1 fps), all frame-coded; the interlaced ones see ``WOVEN_FROM``."""

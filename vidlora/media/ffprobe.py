@@ -186,7 +186,7 @@ JOIN_GAP_S = 10.0
 
 
 def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
-                     container: str = "", declared_s: float | None = None) -> FrameTable:
+                     container: str = "", declared_s: float | None = None, no_reorder: bool = False) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
@@ -202,6 +202,7 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
                     "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
     file_size = Path(path).stat().st_size
+    parsed: list[tuple] = []
     rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
@@ -213,6 +214,16 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
                                            _parse_int(f[3]), _parse_int(f[4]), f[5])
         if pos is not None and size is not None and pos + size > file_size:
             continue  # an index (MP4 moov at the front) lists data the file no longer holds
+        parsed.append((pts, dts, dur, pos, flags))
+    # Packets without pts but with dts (H.264 in AVI; MPEG-PS where one PES holds two frames):
+    # where frames are never reordered, pts is dts plus the stream's one constant delay, which
+    # the packets that carry both show (none carry both in AVI: the header's has_b_frames = 0
+    # says the delay is 0). Otherwise every frame is decoded to learn its time (slow, exact).
+    delays = {p - d for p, d, _, _, _ in parsed if p is not None and d is not None}
+    fill = delays.pop() if len(delays) == 1 else (0 if not delays and no_reorder else None)
+    for pts, dts, dur, pos, flags in parsed:
+        if pts is None and dts is not None and fill is not None:
+            pts = dts + fill
         if pts is None:
             missing += 1
             continue

@@ -172,7 +172,8 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
         st = next(x for x in head.get("streams", []) if x.get("codec_type") == "video")
         tb = Fraction(st.get("time_base", "1/1000"))
         return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
-                                info.container, info.declared_duration_s)
+                                info.container, info.declared_duration_s,
+                                no_reorder=str(st.get("has_b_frames", "")) == "0")
     except (ProbeError, StopIteration) as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if getattr(exc, "timed_out", False)
                        else reasons.PACKETS_UNREADABLE) from None

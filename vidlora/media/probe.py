@@ -151,7 +151,8 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
-        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None)
+        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None,
+                                 no_reorder=_int(st.get("has_b_frames")) == 0)
     except ProbeError as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.PACKETS_UNREADABLE) from None
     if not table.pts:

@@ -26,6 +26,8 @@ from vidlora.media.frames import _delivered, sample_video
 from vidlora.media.probe import probe, probe_with_table
 from vidlora.media.sampling import SamplingPolicy, plan_timestamps
 
+from .conftest import decoded_frame_times
+
 POLICY = SamplingPolicy(mode="uniform", num_frames=8, max_pixels=192 * 160)
 WOVEN = {"avchd_mts", "dvd_vob", "dv_avi"}
 
@@ -65,6 +67,7 @@ EXPECTED = {  # name: (container, interlaced, truncated, fps, frames)
     "dvd_vob": ("mpeg", True, False, FOOTAGE_FPS, 75),
     "dv_avi": ("avi", True, False, FOOTAGE_FPS, 25),
     "mjpeg_avi": ("avi", False, False, FOOTAGE_FPS, 100),
+    "h264_avi": ("avi", False, False, FOOTAGE_FPS, 100),
     "joined_ts": ("mpegts", False, False, FOOTAGE_FPS, 100),
     "negative_mkv": ("matroska", False, False, FOOTAGE_FPS, 100),
     "truncated_mp4": ("mp4", False, True, FOOTAGE_FPS, None),
@@ -121,6 +124,15 @@ def test_deinterlacing_is_part_of_the_policy_key():
     assert off.key() != SamplingPolicy(mode="uniform").key() and off.key().endswith("deint=off")
     with pytest.raises(ValueError, match="deinterlace"):
         SamplingPolicy.from_dict({"mode": "uniform", "deinterlace": "yadif-please"})
+
+
+def test_avi_and_program_stream_timestamps_come_from_packets_not_a_full_decode(footage):
+    """H.264 in AVI carries no pts, an MPEG-PS packet can hold two frames' data with one pts:
+    where frames are never reordered the packets' dts give the times, equal to a full decode's."""
+    for name in ("h264_avi", "dvd_vob"):
+        _, table = probe_with_table(footage[name])
+        assert not table.synthetic
+        assert [round(t, 6) for t in table.times()] == [round(t, 6) for t in decoded_frame_times(footage[name])], name
 
 
 def test_a_joined_recording_keeps_both_halves(footage, tmp_path):
