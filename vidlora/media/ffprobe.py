@@ -356,8 +356,11 @@ def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, defaul
     last = dedup[pts[-1]][1] if pts else None
     # The last packet's own duration, unless it is implausible next to the frame spacing (muxers
     # write 0, 1 or a rounding remainder there): a 10-frame 30 fps clip lasts 1/3 s, not 0.3 s.
-    if not last or not 0.5 * typical <= last <= 2 * typical:
-        last = typical
+    # The spacing is the median's, or the last gap's: a variable-rate video that ends on a slow
+    # stretch shows its last frame as long as the frames before it (it measured a frame short).
+    local = pts[-1] - pts[-2] if len(pts) > 1 else typical
+    if not last or not 0.5 * min(typical, local) <= last <= 2 * max(typical, local):
+        last = local
     pos = tuple(dedup[p][2] for p in pts) if positions else ()
     return FrameTable(tuple(pts), tuple(keys), time_base, int(last), pos=pos)
 

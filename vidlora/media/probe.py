@@ -178,8 +178,10 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     shown_w = max(1, round(stored_w * sar))  # non-square pixels: the width the picture is shown at
     width, height = (stored_h, shown_w) if rotation in (90, 270) else (shown_w, stored_h)
     n = len(table.pts)
-    if not fps or len(table.pts) > 1 and abs(fps - n / duration) > 0.5 * fps:
-        fps = n / duration  # headers of VFR/odd files can be far off; trust the packets
+    if n > 1 or not fps:
+        # What the packets show, not the header's nominal rate: the same for constant-rate
+        # video, the real average for variable-rate video (a phone's "30 fps" that is 18).
+        fps = n / duration
     bit_rate = _int(fmt.get("bit_rate")) or _int(st.get("bit_rate"))
     field_order = str(st.get("field_order") or "unknown")
     if codec in PROGRESSIVE_CODECS:
