@@ -85,7 +85,8 @@ class SamplingPolicy:
             text = f"{self.fps:g} frames a second, {self.min_frames} to {self.max_frames} frames"
         if self.start_s is not None or self.end_s is not None:
             text += f", from {self.start_s or 0:g} s to {f'{self.end_s:g} s' if self.end_s is not None else 'the end'}"
-        return f"{text}, at most {self.max_pixels:,} pixels each"
+        text = f"{text}, at most {self.max_pixels:,} pixels each"
+        return text + (", interlaced video not deinterlaced" if self.deinterlace == "off" else "")
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingPolicy":

@@ -122,6 +122,8 @@ def test_interlaced_frames_reach_the_model_whole_not_combed(footage, tmp_path):
 def test_deinterlacing_is_part_of_the_policy_key():
     off = SamplingPolicy(mode="uniform", deinterlace="off")
     assert off.key() != SamplingPolicy(mode="uniform").key() and off.key().endswith("deint=off")
+    assert off.describe().endswith("interlaced video not deinterlaced")
+    assert SamplingPolicy.from_dict(off.as_dict()) == off
     with pytest.raises(ValueError, match="deinterlace"):
         SamplingPolicy.from_dict({"mode": "uniform", "deinterlace": "yadif-please"})
 
