@@ -31,7 +31,8 @@ from vidlora.models import Analysis, FrameSet, Scenario, Video, utcnow
 
 log = logging.getLogger(__name__)
 
-PROBE_FIELDS = ("container", "codec", "width", "height", "rotation", "fps", "duration_s", "frame_count")
+PROBE_FIELDS = ("container", "codec", "width", "height", "rotation", "fps", "duration_s", "frame_count",
+                "field_order", "declared_duration_s", "truncated")
 
 
 def _close_analyses(session, video_id: int, status: str, reason: str, scenario_ids=None) -> None:
@@ -156,6 +157,7 @@ def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, tab
         frame_set.files = files
         frame_set.width, frame_set.height = sampled.width, sampled.height
         frame_set.backend = sampled.backend
+        frame_set.deinterlace, frame_set.decode_note = sampled.deinterlace, sampled.note
         frame_set.status, frame_set.reason = FrameSetStatus.DONE, None
     return True
 

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
@@ -194,6 +195,12 @@ class Video(Base):
     fps: Mapped[float | None] = mapped_column(Float)
     duration_s: Mapped[float | None] = mapped_column(Float)
     frame_count: Mapped[int | None] = mapped_column(Integer)
+    # "progressive" or the field order of interlaced video ("tt", "bb", ...), see media/probe.py
+    field_order: Mapped[str | None] = mapped_column(String(16))
+    # What the header declares, when it declares a span; truncated: the file ends before it
+    # (or mid-packet) and only duration_s of it is analysed.
+    declared_duration_s: Mapped[float | None] = mapped_column(Float)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
 
@@ -221,6 +228,8 @@ class FrameSet(Base):
     width: Mapped[int | None] = mapped_column(Integer)
     height: Mapped[int | None] = mapped_column(Integer)
     backend: Mapped[str | None] = mapped_column(String(32))
+    deinterlace: Mapped[str | None] = mapped_column(String(16))  # "bwdif" when the frames were deinterlaced
+    decode_note: Mapped[str | None] = mapped_column(Text)  # e.g. seeking failed, decoded from the start
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     video: Mapped[Video] = relationship(back_populates="frame_sets")

@@ -42,14 +42,14 @@ def _encoders() -> str:
     return out.stdout
 
 
-def _coded(w: int, h: int, rate: str, seconds: float, extra_vf: str = "") -> list[str]:
-    """ffmpeg input+filter args: testsrc2 with a frame-code strip overlaid at the top."""
+def _coded(w: int, h: int, rate: str, seconds: float, extra_vf: str = "", source: str = "testsrc2") -> list[str]:
+    """ffmpeg input+filter args: testsrc2 (or ``source``) with a frame-code strip overlaid at the top."""
     strip_h = max(8, (h // 6) // 2 * 2)
     q = "floor(4*X/W)"  # strip quarters: [level 0 | N mod 16 | N div 16 | level 15]
     lum = (f"{16}+{CODE_STEP}*if(eq({q},0),0,if(eq({q},1),mod(N,{CODE_LEVELS}),"
            f"if(eq({q},2),mod(floor(N/{CODE_LEVELS}),{CODE_LEVELS}),{CODE_LEVELS - 1})))")
     graph = (
-        f"testsrc2=s={w}x{h}:r={rate}:d={seconds}[bg];"
+        f"{source}=s={w}x{h}:r={rate}:d={seconds}[bg];"
         f"color=c=black:s={w}x{strip_h}:r={rate}:d={seconds},format=yuv444p,"
         f"geq=lum='{lum}':cb=128:cr=128[strip];"
         f"[bg][strip]overlay=0:0:shortest=1{extra_vf}[v]"
@@ -201,6 +201,98 @@ def fidelity_videos(cache_dir: Path) -> dict[str, Path]:
         tmp.write_bytes(data[len(data) // 3 + 777:])
         os.replace(tmp, cut)
     out["ps_cut_mpg"] = cut
+    return out
+
+
+# -- camcorder, broadcast and DVD footage (issue 31) ------------------------------------------
+
+FOOTAGE_FPS = 25
+LONG_TS_S = 20 * 60  # the long recording: 20 minutes at 1 frame a second, 64x36
+LONG_TS_FPS = 1
+# Interlaced clips are woven from a 50 fps source (two fields per frame): the frame at pts t
+# holds source frames 2k (first field) and 2k+1, k = round(t * 25). Deinterlaced, it shows the
+# first field's picture, so its frame code is 2k; woven, the strip reads neither.
+WOVEN_FROM = 2 * FOOTAGE_FPS
+
+
+def _woven(w: int, h: int, seconds: float, top_first: bool = True) -> list[str]:
+    """A frame-coded 50 fps source woven into 25 fps interlaced frames (first field = even
+    source frame), flagged top or bottom field first."""
+    mode, flag = ("interleave_top", "tff") if top_first else ("interleave_bottom", "bff")
+    return _coded(w, h, str(WOVEN_FROM), seconds, f",tinterlace={mode},setfield={flag}")
+
+
+def _footage_recipes() -> dict[str, tuple[str, list[list[str]]]]:
+    sine = ["-f", "lavfi", "-i", "sine=f=440:d=4"]
+    coded = _coded(176, 144, str(FOOTAGE_FPS), 4)
+    half = [*X264, "-g", "25", "-f", "mpegts"]
+    return {
+        # AVCHD-like: interlaced (MBAFF, top field first) H.264 in MPEG-TS with AC-3 audio,
+        # tiny instead of 1920x1080 so CI stays fast; named .MTS as cameras do.
+        "avchd_mts": (".MTS", [[*sine, *_woven(192, 128, 3), "-map", "0:a", *X264, "-flags", "+ildct+ilme",
+                                "-x264-params", "tff=1", "-g", "12", "-c:a", "ac3", "-shortest",
+                                "-f", "mpegts", "{out}"]]),
+        # A long broadcast-like recording, cheap to make and to scan: 20 min, 64x36, 1 fps,
+        # a keyframe every 10 s.
+        "long_ts": (".ts", [[*_coded(64, 36, str(LONG_TS_FPS), LONG_TS_S), *X264, "-g", "10",
+                             "-f", "mpegts", "{out}"]]),
+        # DVD: interlaced MPEG-2 in a program stream (.VOB), top field first, MP2 audio.
+        "dvd_vob": (".VOB", [[*sine, *_woven(176, 144, 3), "-map", "0:a", "-c:v", "mpeg2video", "-q:v", "3",
+                              "-g", "12", "-flags", "+ildct+ilme", "-top", "1", "-c:a", "mp2", "-shortest",
+                              "-f", "vob", "{out}"]]),
+        # Old tapes: DV in AVI (PAL DV is 720x576, bottom field first: DV allows no other size).
+        "dv_avi": (".avi", [[*_woven(720, 576, 1, top_first=False), "-c:v", "dvvideo", "-pix_fmt", "yuv420p",
+                             "-top", "0", "{out}"]]),
+        # MJPEG carries no field order, so the probe asks ffmpeg's idet; testsrc2 fools idet
+        # into "top field first" even when progressive (its fine line pattern), testsrc does not.
+        "mjpeg_avi": (".avi", [[*_coded(176, 144, str(FOOTAGE_FPS), 4, source="testsrc"), "-c:v", "mjpeg", "-q:v", "3",
+                                "-pix_fmt", "yuvj420p", "{out}"]]),
+        # H.264 in AVI: AVI stores no pts; without B-frames they are the dts (no decode to learn them).
+        "h264_avi": (".avi", [[*coded, *X264, "-bf", "0", "{out}"]]),
+        # Two recordings joined: both halves start at the same pts (footage_videos cats them);
+        # the codes run on, 0..49 then 50..99.
+        "joined_a": (".ts", [[*_coded(176, 144, str(FOOTAGE_FPS), 2), *half, "{out}"]]),
+        "joined_b": (".ts", [[*_coded(176, 144, str(FOOTAGE_FPS), 4, ",trim=start_frame=50,setpts=PTS-STARTPTS"),
+                              *half, "{out}"]]),
+        # MKV whose timestamps start below zero (B-frames, no shift): ffprobe sees no pts at all.
+        "negative_mkv": (".mkv", [[*coded, *X264, "-bf", "2", "-output_ts_offset", "-0.5",
+                                   "-avoid_negative_ts", "disabled", "{out}"]]),
+        # Full files cut in half (footage_videos cuts them): index at the front, so the MP4
+        # still declares its 4 s; the TS ends part-way through a packet.
+        "full_mp4": (".mp4", [[*coded, *X264, "-movflags", "+faststart", "{out}"]]),
+        "full_ts": (".ts", [[*coded, *X264, "-g", "25", "-f", "mpegts", "{out}"]]),
+    }
+
+
+def footage_videos(cache_dir: Path) -> dict[str, Path]:
+    """Generate (once): avchd_mts, long_ts, dvd_vob, dv_avi, mjpeg_avi, h264_avi, joined_ts (two TS
+    recordings joined with ``cat``: 4 s, timestamps start over at 2 s), negative_mkv,
+    truncated_mp4 and truncated_ts (the first 55 % of a 4 s file). All 25 fps except long_ts
+    (1 fps), all frame-coded; the interlaced ones see ``WOVEN_FROM``."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, Path] = {}
+    for name, (suffix, steps) in _footage_recipes().items():
+        path = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        made[name] = path
+
+    def derived(name: str, suffix: str, parts: list[Path], keep: float = 1.0) -> Path:
+        path = cache_dir / f"{name}-{_digest([p.name for p in parts], keep)}{suffix}"
+        if not path.exists():
+            data = b"".join(p.read_bytes() for p in parts)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            if keep < 1:  # cut at a byte that never falls on a packet edge (7k+3 is odd)
+                data = data[: int(len(data) * keep) // 7 * 7 + 3]
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return path
+
+    out = {k: v for k, v in made.items() if not k.startswith(("joined_", "full_"))}
+    out["joined_ts"] = derived("joined_ts", ".ts", [made["joined_a"], made["joined_b"]])
+    out["truncated_mp4"] = derived("truncated_mp4", ".mp4", [made["full_mp4"]], 0.55)
+    out["truncated_ts"] = derived("truncated_ts", ".ts", [made["full_ts"]], 0.55)
     return out
 
 

@@ -79,3 +79,27 @@ def test_a_text_file_named_mp4_is_rejected_with_its_reason_and_so_are_its_analys
         assert video.status == "rejected" and "not a video" in video.reason
         rows = session.scalars(select(Analysis).where(Analysis.video_id == video_id)).all()
         assert len(rows) == 3 and all(a.status == "rejected" and a.reason == video.reason for a in rows)
+
+
+@pytest.fixture(scope="module")
+def footage(corpus_dir):
+    from tests.support.corpus import footage_videos
+
+    return footage_videos(corpus_dir / "footage")
+
+
+def test_an_interlaced_partial_recording_is_analysed_and_says_so(database, broker, footage, tmp_path):
+    """A DVD VOB (interlaced) and a transport stream cut short: both prepared; the video row
+    keeps the field order and the truncation, every frame set says it was deinterlaced."""
+    vob = _register(footage["dvd_vob"], "prepare-vob")
+    cut = _register(footage["truncated_ts"], "prepare-cut")
+    assert prepare_video(vob) == 3 and prepare_video(cut) == 3
+    with session_scope() as session:
+        video = session.get(Video, vob)
+        assert (video.field_order, video.truncated, video.container) == ("tt", False, "mpeg")
+        sets = session.scalars(select(FrameSet).where(FrameSet.video_id == vob)).all()
+        assert sets and all(fs.deinterlace == "bwdif" and fs.decode_note is None for fs in sets)
+        video = session.get(Video, cut)
+        assert video.truncated and video.declared_duration_s is None and 1.5 < video.duration_s < 2.5
+        sets = session.scalars(select(FrameSet).where(FrameSet.video_id == cut)).all()
+        assert sets and all(fs.status == "done" and fs.deinterlace is None for fs in sets)

@@ -124,3 +124,37 @@ def test_ready_video_is_not_called_queued(logged_in_client, factory):
     made = factory.batch()
     html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
     assert 'data-testid="video-status">ready</span>' in html
+
+
+def test_a_partial_interlaced_recording_says_so_on_its_page_in_the_api_and_exports(logged_in_client, factory):
+    """Issue 31: the span analysed against the span declared, and the deinterlacing, are shown."""
+    import csv
+    import io
+    import json
+
+    from vidlora.models import FrameSet, Video
+
+    made = factory.batch({"artifact_identification": "A bronze fibula."}, video_name="tape.VOB")
+    with session_scope() as session:
+        video = session.get(Video, made.video_id)
+        video.field_order, video.declared_duration_s, video.truncated = "tt", 30.5, True
+        video.duration_s = 14.5
+        session.get(FrameSet, made.frame_set_id).deinterlace = "bwdif"
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert 'data-testid="video-truncated"' in html and "0:14 of it can be decoded" in html and "0:30 its header declares" in html
+    assert 'data-testid="video-interlaced"' in html and "top field first" in html
+    assert 'data-testid="frame-set-notes">Deinterlaced (bwdif)' in html
+    [row] = logged_in_client.get(f"/api/v1/results?batch={made.batch_id}").json["results"]
+    assert (row["video_truncated"], row["video_declared_duration_s"], row["video_duration_s"]) == (True, 30.5, 14.5)
+    assert (row["video_field_order"], row["frames_deinterlace"]) == ("tt", "bwdif")
+    body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
+    [line] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
+    assert (line["video_truncated"], line["video_declared_duration_s"], line["frames_deinterlace"]) == ("true", "30.5", "bwdif")
+    jsonl = json.loads(logged_in_client.get(f"/results/export.jsonl?batch={made.batch_id}").get_data(as_text=True))
+    assert jsonl["video_truncated"] is True and jsonl["video_field_order"] == "tt"
+
+
+def test_a_complete_progressive_video_shows_no_footage_notes(logged_in_client, factory):
+    made = factory.batch()
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert "video-truncated" not in html and "video-interlaced" not in html and "frame-set-notes" not in html

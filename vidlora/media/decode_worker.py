@@ -2,7 +2,8 @@
 
 It runs one backend, writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``,
 k = index among the unique picks), and prints one JSON line: ``{"ok": true, "pts": [...]}`` or
-``{"ok": false, "kind": "mismatch"|"damaged"|"error", "error": "..."}`` (damaged: with the
+``{"ok": false, "kind": "mismatch"|"damaged"|"error", "error": "..."}``; ``notes`` on success say
+how it was decoded where that is worth keeping (a file that could not be sought in) (damaged: with the
 table indices of the picks that decode only with errors).
 
 It exists so that native decoders (which can hang holding the GIL, or crash) run in a process
@@ -42,16 +43,19 @@ def run(job: dict) -> dict:
         img.save(out_dir / f"{k:05d}.jpg", "JPEG", quality=quality)
 
     replaced: list[int] = []
+    notes: list[str] = []
     try:
         pts = decode(job["backend"], Path(job["path"]), FrameTable.from_json(job["table"]), job["picks"],
-                     tuple(job["size"]), int(job["threads"]), emit, rotation, replaced)
+                     tuple(job["size"]), int(job["threads"]), emit, rotation, replaced,
+                     deinterlace=bool(job.get("deinterlace")), container=job.get("container", ""),
+                     floor=int(job.get("floor", -1)), notes=notes)
     except Mismatch as exc:
         return {"ok": False, "kind": "mismatch", "error": str(exc)[:300]}
     except Damaged as exc:
         return {"ok": False, "kind": "damaged", "error": str(exc), "picks": exc.picks, "sampled": exc.sampled}
     except Exception as exc:  # any decoder error is a failed attempt; the caller falls back
         return {"ok": False, "kind": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    return {"ok": True, "pts": pts, "replaced": replaced}
+    return {"ok": True, "pts": pts, "replaced": replaced, "notes": notes}
 
 
 def _watchdog(seconds: float) -> None:

@@ -29,8 +29,14 @@ Backend order (``default_backends``), from the measurements in DESIGN.md "Decodi
   cannot say a frame decoded with errors, PyAV can, at the same CPU cost
   (bench/results/sampling.md: PyAV 0.92-0.99x decord's CPU seconds).
 - AVI, MPEG-PS, MPEG-TS and raw elementary streams: ffmpeg only. Every seek-based library
-  (decord, PyAV, decord2) returned neighbouring frames there; a sequential decode through the
-  ffmpeg CLI with ``select`` on exact pts is the only trustworthy path.
+  (decord, PyAV, decord2) returned neighbouring frames there. The ffmpeg backend seeks too,
+  but by the packet table, not by the library's guess: it starts at a keyframe's byte offset
+  (TS/PS) or indexed time (AVI), and a pass counts only if that keyframe and every pick come out
+  with their exact pts; otherwise it falls back to decoding from the start (``decode_ffmpeg``).
+  Long TS/PS/AVI files used to be decoded start to end once per policy (41 CPU-s for 10 min of
+  720p TS; bench/results/footage_cost.md has the cost now).
+- Interlaced video (``ProbeInfo.interlaced``): ffmpeg only, deinterlaced by ``bwdif`` before
+  the resize; PyAV and decord would deliver combed pictures.
 - Everything else (WebM/VP9, MKV, AV1, HEVC, ProRes, ...): PyAV, then ffmpeg. decord 0.6.0
   has no AV1, fails VP9 WebM, and its FFmpeg 4.1 is old; PyAV (FFmpeg 8) decoded every codec
   tried and is exact when it seeks by the packet table, as here.
@@ -39,7 +45,6 @@ Backend order (``default_backends``), from the measurements in DESIGN.md "Decodi
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 from bisect import bisect_right
@@ -47,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from vidlora.media.ffprobe import FFMPEG, FrameTable
+from vidlora.media.ffprobe import read_showinfo as _read_showinfo
 from vidlora.media.probe import ProbeInfo
 
 if TYPE_CHECKING:  # numpy is imported lazily: the parent process should not load OpenBLAS threads
@@ -55,7 +61,7 @@ if TYPE_CHECKING:  # numpy is imported lazily: the parent process should not loa
 Emit = Callable[[int, "np.ndarray"], None]
 
 BACKENDS = ("decord", "pyav", "ffmpeg")
-# Containers where only a sequential decode is exact (see module docstring).
+# Containers where only the ffmpeg backend, seeking by the packet table, is exact (see above).
 SEQUENTIAL_ONLY = frozenset({
     "avi", "mpeg", "mpegts", "mpegtsraw", "mpegvideo", "h264", "hevc", "m4v", "mjpeg", "vc1",
     "cavsvideo", "rawvideo", "yuv4mpegpipe", "obu", "h261", "h263",
@@ -76,7 +82,7 @@ class Damaged(Exception):
 
 
 def default_backends(info: ProbeInfo) -> list[str]:
-    if info.container in SEQUENTIAL_ONLY:
+    if info.container in SEQUENTIAL_ONLY or info.interlaced:
         return ["ffmpeg"]
     if (info.container, info.codec) in DECORD_SAFE:
         return ["pyav", "decord", "ffmpeg"]
@@ -84,13 +90,22 @@ def default_backends(info: ProbeInfo) -> list[str]:
 
 
 def decode(backend: str, path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
-           threads: int, emit: Emit, rotation: int = 0, replaced: list[int] | None = None) -> list[int]:
-    """``replaced`` (if given) receives the picks that were delivered as an earlier clean frame."""
+           threads: int, emit: Emit, rotation: int = 0, replaced: list[int] | None = None,
+           deinterlace: bool = False, container: str = "", floor: int = -1,
+           notes: list[str] | None = None) -> list[int]:
+    """``replaced`` (if given) receives the picks that were delivered as an earlier clean frame;
+    such a replacement never lies at or before table index ``floor`` (a window's start).
+    ``deinterlace``: only the ffmpeg backend deinterlaces; the others refuse (Mismatch), so an
+    interlaced video is never stored combed."""
+    if deinterlace and backend != "ffmpeg":
+        raise Mismatch(f"{backend} cannot deinterlace")
+    if len(table.segments) > 1 and backend != "ffmpeg":
+        raise Mismatch(f"{backend} cannot follow timestamps that start over (a joined recording)")
     if backend == "decord":
         return decode_decord(path, table, picks, size, threads, emit, rotation)
     if backend == "pyav":
-        return decode_pyav(path, table, picks, size, threads, emit, replaced)
-    return decode_ffmpeg(path, table, picks, size, threads, emit)
+        return decode_pyav(path, table, picks, size, threads, emit, replaced, floor)
+    return decode_ffmpeg(path, table, picks, size, threads, emit, deinterlace, container, notes)
 
 
 # -- decord -----------------------------------------------------------------------------------
@@ -137,7 +152,7 @@ def decode_decord(path: Path, table: FrameTable, picks: list[int], size: tuple[i
 # -- PyAV ---------------------------------------------------------------------------------------
 
 def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
-                threads: int, emit: Emit, replaced: list[int] | None = None) -> list[int]:
+                threads: int, emit: Emit, replaced: list[int] | None = None, floor_index: int = -1) -> list[int]:
     import av
     import av.logging
 
@@ -160,7 +175,8 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
         last_pts: int | None = None
         dirty = False  # this frame, or one since the last clean keyframe, decoded with errors
         last_clean = None  # (pts, frame): the latest clean frame decoded, a replacement candidate
-        floor = None  # a replacement must come after the previous pick
+        # A replacement must come after the previous pick, and after the window's start.
+        floor = table.pts[floor_index] if floor_index >= 0 else None
         for k, i in enumerate(picks):
             want = table.pts[i]
             kf = table.pts[key_idx[max(0, bisect_right(key_idx, i) - 1)]]
@@ -214,30 +230,178 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
 
 # -- ffmpeg CLI ---------------------------------------------------------------------------------
 
-_SHOWINFO = re.compile(r"Parsed_showinfo_(\d+).*\bn:\s*\d+\s+pts:\s*(-?\d+).*\biskey:(\d)")
-# A decoder's complaint about the frame it is decoding ("[h264 @ 0x..] error while decoding MB",
-# "concealing ... errors", "Invalid NAL unit size"); demuxer/muxer lines are not frames'.
-_DECODE_ERROR = re.compile(r"^\[(?!Parsed_|mov,|matroska|mpeg(?:ts)? @|avi @|NULL @)[\w-]+ @ 0x[0-9a-f]+\].*"
-                           r"(?:error|conceal|invalid|corrupt|missing)", re.IGNORECASE)
+DEINTERLACE = "bwdif=mode=send_frame:parity=auto:deint=all"
+# Picks whose keyframes lie this close together are decoded in one pass: starting a process
+# costs about as much as decoding a couple of seconds of video.
+MERGE_S = 2.0
+# Containers read from a byte offset (the demuxer finds its streams from any packet there);
+# the others seek by time, through the container's index.
+BYTE_SEEK = frozenset({"mpegts", "mpegtsraw", "mpeg"})
+
+
+class _Run:
+    """What one ffmpeg pass showed: delivered pts, dirty decoded pts, every decoded (pts, key)."""
+
+    def __init__(self, delivered: list[int], dirty_at: dict, decoded: list[tuple[int, bool]]):
+        self.delivered, self.dirty_at, self.decoded = delivered, dirty_at, decoded
 
 
 def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
-                  threads: int, emit: Emit) -> list[int]:
-    """Sequential decode; ``select`` keeps exactly the picked pts, ``showinfo`` reports them.
+                  threads: int, emit: Emit, deinterlace: bool = False, container: str = "",
+                  notes: list[str] | None = None) -> list[int]:
+    """Seek to each pick's keyframe and decode from there; ``select`` keeps exactly the picked
+    pts and ``showinfo`` reports them.
+
+    One packet scan (the frame table) gives every frame's pts, keyframe flag and byte offset.
+    Picks are grouped by keyframe (groups closer than ``MERGE_S`` share a pass); each pass
+    starts one keyframe before its own, so frames that reference the previous group of pictures
+    (open GOPs: camcorders, broadcast) decode whole, and reads the file from that keyframe's
+    byte offset (MPEG-TS/PS) or seeks to its time (AVI and the rest). A pass counts only if the
+    group's keyframe itself was decoded and every pick came out with its exact pts; otherwise it
+    starts one keyframe further back, and after that the file is decoded from the start (the
+    old, exact, slow way), which is said in ``notes``. Files without timestamps (raw elementary
+    streams) are always decoded from the start: there is nothing to seek by.
+    """
+    if table.synthetic or not table.pos and container in BYTE_SEEK:
+        if notes is not None:
+            notes.append("this file carries no usable timestamps, so it was decoded from the start")
+        return _decode_sequential(path, table, picks, size, threads, emit, deinterlace, container)
+    key_idx = [i for i, k in enumerate(table.keyframe) if k]
+    groups: list[list[int]] = []
+    for i in picks:
+        kf = key_idx[max(0, bisect_right(key_idx, i) - 1)]
+        seg = table.segment_of(i)[0]
+        if groups:
+            last = groups[-1][-1]
+            if table.segment_of(last)[0] == seg and \
+                    (kf <= last or table.seconds(kf) - table.seconds(last) < MERGE_S):
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    delivered: list[int] = []
+    damaged: list[int] = []
+    k = 0
+    for group in groups:
+        kf = key_idx[max(0, bisect_right(key_idx, group[0]) - 1)]
+        seg_first = table.segment_of(group[0])[0]
+        run = None
+        for back in (1, 2, 4):
+            pos_in_keys = bisect_right(key_idx, kf) - 1
+            start = key_idx[max(0, pos_in_keys - back)]
+            if start < seg_first:
+                start = next((j for j in key_idx if j >= seg_first), seg_first)
+            run = _ffmpeg_pass(path, table, group, size, threads, emit, k, deinterlace, container, start)
+            if run is not None:
+                break
+            if start == seg_first:
+                break  # already from the start of its segment: seeking cannot do better
+        if run is None:
+            if notes is not None:
+                notes.append("seeking in this file did not return the frames asked for, so it was "
+                             "decoded from the start")
+            return _decode_sequential(path, table, picks, size, threads, emit, deinterlace, container)
+        k += len(group)
+        delivered += [table.pts[i] for i in group]
+        damaged += [i for i in group if run.dirty_at.get(table.raw_pts(i))]
+    if damaged:
+        raise Damaged(damaged, len(picks))
+    return delivered
+
+
+def _ffmpeg_pass(path: Path, table: FrameTable, group: list[int], size: tuple[int, int], threads: int,
+                 emit: Emit, k0: int, deinterlace: bool, container: str, start: int) -> _Run | None:
+    """One pass from keyframe ``start`` over ``group``; None when it did not prove exact."""
+    seg_first, _, seg_end = table.segment_of(start)
+    tb = table.time_base
+    if container in BYTE_SEEK:
+        end = seg_end if seg_end >= 0 else 0
+        # MPEG-PS leaves some packets without a byte offset: start at the nearest earlier frame
+        # that has one (still before the group's keyframe, which must be decoded to count).
+        at = next((table.pos[j] for j in range(start, seg_first - 1, -1) if table.pos[j] >= 0), -1)
+        if at < 0:
+            at = table.pos[seg_first] if seg_first and table.pos[seg_first] >= 0 else 0
+        src = f"subfile,,start,{at},end,{end},,:{path}"
+        span = float((table.raw_pts(group[-1]) - table.raw_pts(start)) * tb) + 2.0
+        inputs = ["-f", container, "-t", f"{span:.3f}", "-i", src]
+    else:  # the index's keyframe at or before this time: the start keyframe itself
+        at = float(table.raw_pts(start) * tb) + 0.25 * float(table.last_duration * tb)
+        inputs = ["-seek_timestamp", "1", "-ss", f"{at:.6f}", "-i", str(path)] if start > seg_first \
+            else ["-i", str(path)]
+    raw = [table.raw_pts(i) for i in group]
+    run = _ffmpeg_run(inputs, raw, size, threads, emit, k0, deinterlace, path, limit=len(group))
+    kf = max(j for j in range(group[0] + 1) if table.keyframe[j])
+    decoded = {p for p, _ in run.decoded}
+    if table.raw_pts(kf) not in decoded or run.delivered != raw:
+        return None
+    return run
+
+
+def _decode_sequential(path: Path, table: FrameTable, picks: list[int], size: tuple[int, int],
+                       threads: int, emit: Emit, deinterlace: bool, container: str) -> list[int]:
+    """Decode from the start (each segment of a joined recording on its own byte range)."""
+    if table.synthetic:  # frames are picked by their index in decode order
+        run = _ffmpeg_run(["-i", str(path)], [], size, threads, emit, 0, deinterlace, path,
+                          by_index=picks)
+        if len(run.delivered) != len(picks):
+            return run.delivered
+        damaged = [i for i in picks if run.dirty_at.get(("n", i))]
+        if damaged:
+            raise Damaged(damaged, len(picks))
+        return [table.pts[i] for i in picks]
+    by_seg: dict[int, list[int]] = {}
+    for i in picks:
+        by_seg.setdefault(table.segment_of(i)[0], []).append(i)
+    delivered: list[int] = []
+    damaged: list[int] = []
+    k = 0
+    for first, group in by_seg.items():
+        _, _, seg_end = table.segment_of(first)
+        if len(table.segments) > 1 and table.pos:
+            if first > 0 and table.pos[first] < 0:  # reading from the start would meet the first half's pts
+                raise Mismatch("a joined recording's second part has no byte offset to start from")
+            at = max(0, table.pos[first])
+            src = f"subfile,,start,{at},end,{seg_end if seg_end >= 0 else 0},,:{path}"
+            inputs = ["-f", container, "-i", src] if container in BYTE_SEEK else ["-i", src]
+        else:
+            inputs = ["-i", str(path)]
+        raw = [table.raw_pts(i) for i in group]
+        run = _ffmpeg_run(inputs, raw, size, threads, emit, k, deinterlace, path)
+        if run.delivered != raw:
+            return delivered + [p + table.segment_of(first)[1] for p in run.delivered]
+        k += len(group)
+        delivered += [table.pts[i] for i in group]
+        damaged += [i for i in group if run.dirty_at.get(table.raw_pts(i))]
+    if damaged:
+        raise Damaged(damaged, len(picks))
+    return delivered
+
+
+def _ffmpeg_run(inputs: list[str], want: list[int], size: tuple[int, int], threads: int, emit: Emit,
+                k0: int, deinterlace: bool, path: Path, limit: int = 0,
+                by_index: list[int] | None = None) -> _Run:
+    """One ffmpeg process; emits frames k0, k0+1, ... as they come.
 
     ``-copyts`` keeps the container's raw pts (the filter time base is the stream's), so the
-    selection is integer-exact; ``-noautorotate`` because rotation is applied by the caller.
-    """
+    selection is integer-exact; ``-noautorotate`` because rotation is applied by the caller;
+    ``-noaccurate_seek`` because ``select`` picks the frames, not the seek. One decoding thread
+    (``threads`` is unused here): frame threads log a frame's errors out of order, and the
+    damage count in a reason must not change between two runs of one file; the CPU seconds are
+    the same, and a pass decodes a few keyframe intervals, not the file."""
     import numpy as np
 
     w, h = size
-    # Frames are picked by pts; in a file without timestamps, by their index in decode order.
-    expr = _any_of([f"eq(n,{i})" if table.synthetic else f"eq(pts,{table.pts[i]})" for i in picks])
-    # The first showinfo sees every decoded frame (to place decoder errors), the last the picks.
-    vf = f"showinfo,select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
+    # bwdif halves the time base (it can send a frame per field), so pts after it are doubled.
+    scale = 2 if deinterlace else 1
+    expr = _any_of([f"eq(n,{i})" for i in by_index] if by_index is not None
+                   else [f"eq(pts,{p * scale})" for p in want])
+    # The first showinfo sees every decoded frame (to place decoder errors), the last the picks;
+    # the deinterlacer sits before the selection, so it sees each pick's neighbouring fields.
+    deint = f"{DEINTERLACE}," if deinterlace else ""
+    vf = f"showinfo,{deint}select='{expr}',scale={w}:{h}:flags=bicubic,format=rgb24,showinfo"
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-noautorotate",
-           "-threads", str(threads or 0), "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-dn",
-           "-vf", vf, "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+           "-noaccurate_seek", "-threads", "1", *inputs, "-map", "0:v:0", "-an", "-sn", "-dn",
+           "-vf", vf, "-vsync", "passthrough", *(["-frames:v", str(limit)] if limit else []),
+           "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
     frame_bytes = w * h * 3
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
@@ -247,7 +411,7 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
                 buf = _read_exact(proc.stdout, frame_bytes)
                 if buf is None:
                     break
-                emit(k, np.frombuffer(buf, np.uint8).reshape(h, w, 3))
+                emit(k0 + k, np.frombuffer(buf, np.uint8).reshape(h, w, 3))
                 k += 1
         finally:
             proc.stdout.close()
@@ -257,49 +421,11 @@ def decode_ffmpeg(path: Path, table: FrameTable, picks: list[int], size: tuple[i
     if rc != 0:  # report the first error line, not the generic "Conversion failed!"
         errs = [ln for ln in log.splitlines() if "rror" in ln or "nvalid" in ln] or [f"exit {rc}"]
         raise RuntimeError(f"ffmpeg failed: {errs[0][:200]}")
-    pts, dirty_at = _read_showinfo(log)
+    pts, dirty_at, decoded = _read_showinfo(log)
+    pts = [p // scale for p in pts]
     if len(pts) != k:
         raise Mismatch(f"ffmpeg delivered {k} frames but reported {len(pts)} timestamps")
-    if table.synthetic:  # showinfo's n is the output count; the selection by index is exact
-        if k != len(picks):
-            return pts
-        pts = [table.pts[i] for i in picks]
-        damaged = [i for n, i in enumerate(picks) if dirty_at.get(("n", i))]
-    else:
-        damaged = [i for i in picks if dirty_at.get(table.pts[i])]
-    if damaged:
-        raise Damaged(damaged, len(picks))
-    return pts
-
-
-def _read_showinfo(log: str) -> tuple[list[int], dict]:
-    """(pts of the delivered frames, {pts or ("n", index): True for every dirty decoded frame})."""
-    delivered: list[int] = []
-    dirty_at: dict = {}
-    errors, dirty, n = 0, False, 0
-    first = None
-    decoding = False  # complaints while ffmpeg probes the input (before "Stream mapping") are no frame's
-    for line in log.splitlines():
-        if line.startswith("Stream mapping:"):
-            decoding = True
-            continue
-        if _DECODE_ERROR.search(line):
-            errors += decoding
-            continue
-        m = _SHOWINFO.search(line)
-        if not m:
-            continue
-        inst, p, key = int(m.group(1)), int(m.group(2)), m.group(3) == "1"
-        first = inst if first is None else first
-        if inst != first:
-            delivered.append(p)
-            continue
-        dirty = bool(errors) if key else (dirty or bool(errors))
-        errors = 0
-        if dirty:
-            dirty_at[p] = dirty_at[("n", n)] = True
-        n += 1
-    return delivered, dirty_at
+    return _Run(pts, dirty_at, decoded)
 
 
 def _any_of(terms: list[str]) -> str:

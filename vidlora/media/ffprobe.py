@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -39,6 +41,48 @@ def find_tool(name: str) -> str:
 
 FFPROBE = find_tool("ffprobe")
 FFMPEG = find_tool("ffmpeg")
+
+
+_SHOWINFO = re.compile(r"Parsed_showinfo_(\d+).*\bn:\s*\d+\s+pts:\s*(-?\d+).*\biskey:(\d)")
+# showinfo lines, and a decoder's complaint about the frame it is decoding ("[h264 @ 0x..] error while decoding MB",
+# "concealing ... errors", "Invalid NAL unit size"); demuxer/muxer lines are not frames'. The
+# output muxer's "non monotonically increasing dts" (timestamps that start over in a joined
+# recording) says nothing about the pictures.
+_DECODE_ERROR = re.compile(r"^\[(?!Parsed_|mov,|matroska|mpeg(?:ts)? @|avi @|NULL @|rawvideo @|subfile @)[\w-]+ @ 0x[0-9a-f]+\]"
+                           r"(?!.*monotonically increasing dts).*"
+                           r"(?:error|conceal|invalid|corrupt|missing)", re.IGNORECASE)
+
+def read_showinfo(log: str) -> tuple[list[int], dict, list[tuple[int, bool]]]:
+    """(pts of the delivered frames, {pts or ("n", index): True for every dirty decoded frame},
+    [(pts, keyframe) of every decoded frame])."""
+    delivered: list[int] = []
+    decoded: list[tuple[int, bool]] = []
+    dirty_at: dict = {}
+    errors, dirty, n = 0, False, 0
+    first = None
+    decoding = False  # complaints while ffmpeg probes the input (before "Stream mapping") are no frame's
+    for line in log.splitlines():
+        if line.startswith("Stream mapping:"):
+            decoding = True
+            continue
+        if _DECODE_ERROR.search(line):
+            errors += decoding
+            continue
+        m = _SHOWINFO.search(line)
+        if not m:
+            continue
+        inst, p, key = int(m.group(1)), int(m.group(2)), m.group(3) == "1"
+        first = inst if first is None else first
+        if inst != first:
+            delivered.append(p)
+            continue
+        decoded.append((p, key))
+        dirty = bool(errors) if key else (dirty or bool(errors))
+        errors = 0
+        if dirty:
+            dirty_at[p] = dirty_at[("n", n)] = True
+        n += 1
+    return delivered, dirty_at, decoded
 
 
 class ProbeError(Exception):
@@ -70,7 +114,13 @@ def probe_header(path: Path, timeout: float) -> dict:
 
 @dataclass(frozen=True)
 class FrameTable:
-    """Presentation timestamps of one video stream's frames, sorted, in stream time-base units."""
+    """Presentation timestamps of one video stream's frames, sorted, in stream time-base units.
+
+    Joined recordings (two MPEG-TS files put together with ``cat``, a camcorder's clips on one
+    card) start their timestamps over part-way: each run is a *segment*. ``pts`` are made unique
+    and ascending by adding each segment's ``offset`` to its raw timestamps, so the second half
+    follows the first instead of being merged into it; ``raw_pts`` gives back what the file says.
+    """
 
     pts: tuple[int, ...]
     keyframe: tuple[bool, ...]
@@ -79,6 +129,11 @@ class FrameTable:
     # The file carries no timestamps (raw elementary streams): these are one frame apart by the
     # frame rate, and a frame is found by its index in decode order, not by its pts.
     synthetic: bool = False
+    # Byte offset of each frame's packet in the file (-1: unknown); a seek starts there.
+    pos: tuple[int, ...] = ()
+    # (first table index, offset added to raw pts, byte offset where the segment ends or -1),
+    # one per segment; empty means one segment with offset 0.
+    segments: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def origin(self) -> int:
@@ -95,15 +150,25 @@ class FrameTable:
     def duration_s(self) -> float:
         return float((self.pts[-1] - self.origin + self.last_duration) * self.time_base)
 
+    def segment_of(self, i: int) -> tuple[int, int, int]:
+        """(first index, pts offset, end byte or -1) of the segment holding frame ``i``."""
+        if not self.segments:
+            return (0, 0, -1)
+        return self.segments[max(0, bisect_right([s[0] for s in self.segments], i) - 1)]
+
+    def raw_pts(self, i: int) -> int:
+        return self.pts[i] - self.segment_of(i)[1]
+
     def to_json(self) -> dict:
         return {"pts": list(self.pts), "key": [int(k) for k in self.keyframe],
                 "tb": [self.time_base.numerator, self.time_base.denominator], "last": self.last_duration,
-                "synthetic": self.synthetic}
+                "synthetic": self.synthetic, "pos": list(self.pos), "segments": [list(s) for s in self.segments]}
 
     @classmethod
     def from_json(cls, d: dict) -> "FrameTable":
         return cls(tuple(d["pts"]), tuple(bool(k) for k in d["key"]), Fraction(*d["tb"]), d["last"],
-                   bool(d.get("synthetic", False)))
+                   bool(d.get("synthetic", False)), tuple(d.get("pos", ())),
+                   tuple(tuple(s) for s in d.get("segments", ())))
 
 
 def _parse_int(s: str) -> int | None:
@@ -113,40 +178,147 @@ def _parse_int(s: str) -> int | None:
         return None
 
 
-def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float) -> FrameTable:
+# Containers whose timestamps may start over inside one file (joined recordings), and whose
+# demuxer finds its streams again from any packet boundary, so a read can start at a byte offset.
+DISCONTINUOUS = frozenset({"mpegts", "mpeg", "mpegtsraw", "vob", "svcd", "dvd"})
+# A forward jump this long between neighbouring packets of such a file is a join, not a pause.
+JOIN_GAP_S = 10.0
+
+
+def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
+                     container: str = "", declared_s: float | None = None, no_reorder: bool = False) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
     container stores no pts (raw elementary streams, packed B-frame AVI) we fall back to decoding
     with ffprobe and reading each frame's best-effort timestamp: slower, but still exact.
+    In MPEG-TS/PS a timestamp jump back (or forward by more than ``JOIN_GAP_S``) at a keyframe
+    starts a new segment (see ``FrameTable``).
+
+    A partial file (a transport stream that ends part-way through a packet, or packets that
+    fall short of the ``declared_s`` span the header declares) is decoded from its last keyframe
+    to the end, and the table stops at the last frame that decodes cleanly.
     """
     out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "packet=pts,duration,flags", "-of", "csv=p=0", str(path)], timeout)
-    rows = []
+                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
+    file_size = Path(path).stat().st_size
+    parsed: list[tuple] = []
+    rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
     for line in out.splitlines():
         f = line.split(",")
-        if len(f) < 3:
+        if len(f) < 6:
             continue
-        pts, dur, flags = _parse_int(f[0]), _parse_int(f[1]), f[2]
+        pts, dts, dur, size, pos, flags = (_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]),
+                                           _parse_int(f[3]), _parse_int(f[4]), f[5])
+        if pos is not None and size is not None and pos + size > file_size:
+            continue  # an index (MP4 moov at the front) lists data the file no longer holds
+        parsed.append((pts, dts, dur, pos, flags))
+    # Packets without pts but with dts (H.264 in AVI; MPEG-PS where one PES holds two frames):
+    # where frames are never reordered, pts is dts plus the stream's one constant delay, which
+    # the packets that carry both show (none carry both in AVI: the header's has_b_frames = 0
+    # says the delay is 0). Otherwise every frame is decoded to learn its time (slow, exact).
+    delays = {p - d for p, d, _, _, _ in parsed if p is not None and d is not None}
+    fill = delays.pop() if len(delays) == 1 else (0 if not delays and no_reorder else None)
+    for pts, dts, dur, pos, flags in parsed:
+        if pts is None and dts is not None and fill is not None:
+            pts = dts + fill
         if pts is None:
             missing += 1
             continue
         if "D" in flags:
             discarded_key |= "K" in flags and not rows
             continue
-        rows.append((pts, "K" in flags, dur))
+        rows.append((pts, "K" in flags, dur, -1 if pos is None else pos, pts if dts is None else dts))
     if missing:
         return _decoded_frame_table(path, time_base, default_duration, timeout)
-    if not discarded_key and any(k for _, k, _ in rows):
+    if not discarded_key and any(r[1] for r in rows):
         # A stream cut mid-GOP (a program stream copied from a damaged card) starts with frames
         # whose references are gone: no decoder can show them. The video starts at its first
         # keyframe in file order.
-        first_key = next(n for n, (_, k, _) in enumerate(rows) if k)
+        first_key = next(n for n, r in enumerate(rows) if r[1])
         rows = rows[first_key:] if first_key else rows
-    rows.sort()
-    return _table(rows, time_base, default_duration)
+    span = float((max(r[0] for r in rows) - min(r[0] for r in rows)) * time_base) if rows else 0.0
+    if rows and (container in DISCONTINUOUS and cut_mid_packet(path)
+                 or declared_s and declared_s - span > max(1.0, 0.02 * declared_s)):
+        rows = _decodable_rows(path, rows, container, time_base, timeout)
+    runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
+    if len(runs) == 1:
+        return _table([r[:3] for r in sorted(rows)], time_base, default_duration, [r[3] for r in sorted(rows)])
+    # Each segment continues where the previous one ended: offsets make pts unique, ascending.
+    merged: list[tuple[int, bool, int | None]] = []
+    positions: list[int] = []
+    segments: list[tuple[int, int, int]] = []
+    end = None
+    for n, run in enumerate(runs):
+        run_sorted = sorted(run)
+        offset = 0 if end is None else end - run_sorted[0][0]
+        seg_end = runs[n + 1][0][3] if n + 1 < len(runs) else -1
+        segments.append((len(merged), offset, seg_end))
+        merged += [(p + offset, k, d) for p, k, d, _, _ in run_sorted]
+        positions += [r[3] for r in run_sorted]
+        step = _typical_gap([r[0] for r in run_sorted]) or default_duration or 1
+        end = merged[-1][0] + step
+    table = _table(merged, time_base, default_duration, positions)
+    return replace(table, segments=tuple(segments))
+
+
+def _decodable_rows(path: Path, rows: list, container: str, time_base: Fraction, timeout: float) -> list:
+    """A file cut part-way: decode from its last keyframe to the end and keep the rows up to
+    the last frame that decodes cleanly (the cut frame, and frames that reference it, do not).
+    Rows are in file order; the tail is read from that keyframe's byte offset (TS/PS) or time."""
+    last_key = max((n for n, r in enumerate(rows) if r[1]), default=0)
+    start = rows[last_key][3]
+    if container in DISCONTINUOUS:
+        src = ["-f", container, "-i", f"subfile,,start,{start},end,0,,:{path}" if start > 0 else str(path)]
+    else:
+        src = ["-seek_timestamp", "1", "-ss", f"{float(rows[last_key][0] * time_base):.6f}", "-i", str(path)]
+    try:
+        proc = subprocess.run([FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts",
+                               "-noaccurate_seek", *src, "-map", "0:v:0", "-an", "-vf", "showinfo", "-f", "null", "-"],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("timed out", timed_out=True) from exc
+    _, dirty, decoded = read_showinfo(proc.stderr)
+    clean = {p for p, _ in decoded if not dirty.get(p)}
+    tail = sorted(rows[last_key:])
+    bad = next((r[0] for r in tail if r[0] not in clean), None)
+    if bad is None:
+        return rows
+    return rows[:last_key] + [r for r in rows[last_key:] if r[0] < bad]
+
+
+def _split_segments(rows: list, time_base: Fraction) -> list[list]:
+    """Runs of packets (file order) whose dts do not jump back, nor forward by JOIN_GAP_S."""
+    jump = int(JOIN_GAP_S / time_base)
+    runs: list[list] = [[]]
+    top = None  # highest dts so far in this run
+    for r in rows:
+        dts = r[4]
+        if top is not None and r[1] and (dts < top - int(0.5 / time_base) or dts > top + jump):
+            runs.append([])
+            top = None
+        runs[-1].append(r)
+        top = dts if top is None else max(top, dts)
+    return [run for run in runs if run]
+
+
+def _typical_gap(pts: list[int]) -> int:
+    gaps = sorted(b - a for a, b in zip(pts, pts[1:]))
+    return gaps[len(gaps) // 2] if gaps else 0
+
+
+def cut_mid_packet(path: Path) -> bool:
+    """Does an MPEG transport stream end part-way through a 188-byte (192 in .m2ts) packet?
+    That is how a copy cut short, or a recording whose card filled up, ends."""
+    size = Path(path).stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(400)
+    for unit, sync in ((188, 0), (192, 4)):
+        if len(head) > unit + sync and head[sync:sync + 1] == b"\x47" and head[unit + sync:unit + sync + 1] == b"\x47":
+            return size % unit != 0
+    return False
 
 
 def _decoded_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float) -> FrameTable:
@@ -169,23 +341,28 @@ def _decoded_frame_table(path: Path, time_base: Fraction, default_duration: int,
     return replace(table, synthetic=synthetic) if synthetic else table
 
 
-def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, default_duration: int) -> FrameTable:
-    dedup: dict[int, tuple[bool, int | None]] = {}
-    for pts, key, dur in rows:
-        k0, d0 = dedup.get(pts, (False, None))
-        dedup[pts] = (k0 or key, dur if dur is not None else d0)
+def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, default_duration: int,
+           positions: list[int] | None = None) -> FrameTable:
+    dedup: dict[int, tuple[bool, int | None, int]] = {}
+    for n, (pts, key, dur) in enumerate(rows):
+        k0, d0, p0 = dedup.get(pts, (False, None, -1))
+        pos = positions[n] if positions else -1
+        dedup[pts] = (k0 or key, dur if dur is not None else d0, p0 if p0 >= 0 else pos)
     pts = sorted(dedup)
     keys = [dedup[p][0] for p in pts]
     if keys and not any(keys):
         keys[0] = True  # all-intra codecs sometimes carry no flags; a seek must start somewhere
-    gaps = sorted(b - a for a, b in zip(pts, pts[1:]))
-    typical = gaps[len(gaps) // 2] if gaps else (default_duration if default_duration > 0 else 1)
+    typical = _typical_gap(pts) or (default_duration if default_duration > 0 else 1)
     last = dedup[pts[-1]][1] if pts else None
     # The last packet's own duration, unless it is implausible next to the frame spacing (muxers
     # write 0, 1 or a rounding remainder there): a 10-frame 30 fps clip lasts 1/3 s, not 0.3 s.
-    if not last or not 0.5 * typical <= last <= 2 * typical:
-        last = typical
-    return FrameTable(tuple(pts), tuple(keys), time_base, int(last))
+    # The spacing is the median's, or the last gap's: a variable-rate video that ends on a slow
+    # stretch shows its last frame as long as the frames before it (it measured a frame short).
+    local = pts[-1] - pts[-2] if len(pts) > 1 else typical
+    if not last or not 0.5 * min(typical, local) <= last <= 2 * max(typical, local):
+        last = local
+    pos = tuple(dedup[p][2] for p in pts) if positions else ()
+    return FrameTable(tuple(pts), tuple(keys), time_base, int(last), pos=pos)
 
 
 def decodes_near_start(path: Path, timeout: float) -> bool:
@@ -196,3 +373,29 @@ def decodes_near_start(path: Path, timeout: float) -> bool:
     out = run_tool([FFMPEG, "-nostdin", "-v", "error", "-i", str(path), "-map", "0:v:0", "-frames:v", "1",
                     "-f", "framemd5", "-"], timeout)
     return any(line[:1].isdigit() for line in out.splitlines())
+
+
+# Stream field_order values that mean the picture is two fields woven together.
+INTERLACED = frozenset({"tt", "bb", "tb", "bt"})
+IDET_FRAMES = 40
+
+
+def detect_field_order(path: Path, timeout: float) -> str:
+    """ffmpeg's ``idet`` over the first ``IDET_FRAMES`` frames, for streams that do not say:
+    "tt" (top field first), "bb" (bottom first) or "progressive"."""
+    import re
+
+    try:
+        proc = subprocess.run([FFMPEG, "-nostdin", "-hide_banner", "-i", str(path), "-map", "0:v:0", "-an",
+                               "-frames:v", str(IDET_FRAMES), "-vf", "idet", "-f", "null", "-"],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("timed out", timed_out=True) from exc
+    m = re.search(r"Multi frame detection: TFF:\s*(\d+) BFF:\s*(\d+) Progressive:\s*(\d+)", proc.stderr)
+    if not m:
+        return "progressive"
+    tff, bff, prog = (int(x) for x in m.groups())
+    # Mostly woven fields, clearly more than progressive frames: a still scene says neither.
+    if tff + bff >= 4 and tff + bff > 2 * prog:
+        return "tt" if tff >= bff else "bb"
+    return "progressive"

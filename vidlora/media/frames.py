@@ -24,6 +24,7 @@ the media store can move as a whole; ``SampledFrames.paths(out_dir.parent)`` mak
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -35,10 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
+from vidlora.media import reasons
 from vidlora.media.decoders import BACKENDS, default_backends, default_threads
 from vidlora.media.ffprobe import FrameTable, ProbeError, read_frame_table
 from vidlora.media.probe import BadVideo, ProbeInfo, plain_words, probe_with_table
 from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
+
+log = logging.getLogger(__name__)
 
 # The worker command; tests replace it to prove that a hung worker is killed.
 WORKER_CMD = [sys.executable, "-m", "vidlora.media.decode_worker"]
@@ -52,6 +56,8 @@ class SampledFrames:
     width: int  # size of every JPEG (displayed orientation)
     height: int
     backend: str  # the decoder that produced them
+    deinterlace: str | None = None  # "bwdif" when the video is interlaced and was deinterlaced
+    note: str | None = None  # how it was decoded, where that is worth keeping (no seeking possible)
 
     def paths(self, base: Path) -> list[Path]:
         """Absolute paths, given the directory the files are relative to (``out_dir.parent``)."""
@@ -66,6 +72,7 @@ class _Attempt:
     timed_out: bool = False
     damaged: list[int] | None = None  # table indices of picks that decode only with errors
     replaced: tuple[int, ...] = ()  # picks delivered as an earlier clean frame of their segment
+    notes: tuple[str, ...] = ()
 
 
 def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeInfo | None = None,
@@ -85,6 +92,9 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
     times = table.times()
     chosen = [max(0, bisect_right(times, t + 1e-9) - 1) for t in targets]
     picks = sorted(set(chosen))
+    # A damaged pick's replacement stays inside the window: after the frame shown before it.
+    floor = max(0, bisect_right(times, policy.start_s + 1e-9) - 1) - 1 if policy.start_s else -1
+    deinterlace = info.interlaced and policy.deinterlace == "auto"
     width, height = target_size(info.width, info.height, policy.max_pixels, policy.min_pixels)
     stored = (height, width) if info.rotation in (90, 270) else (width, height)
 
@@ -103,14 +113,14 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
             job = {"backend": backend, "path": str(path.resolve()), "table": table.to_json(), "picks": picks,
                    "size": list(stored), "rotation": info.rotation, "quality": s.jpeg_quality,
                    "threads": default_threads(), "out_dir": str(tmp),
-                   "watchdog_s": s.decode_timeout_s + 30}
+                   "watchdog_s": s.decode_timeout_s + 30, "deinterlace": deinterlace,
+                   "container": info.container, "floor": floor}
             att = _run_worker(job, s.decode_timeout_s)
             if att.damaged:
                 # Another backend would decode the same damaged data, maybe without saying so.
-                worst = [round(times[i], 2) for i in att.damaged[:3]]
-                raise BadVideo(f"damaged video: {len(att.damaged)} of {len(picks)} sampled frames decode "
-                               f"only with errors and have no clean frame nearby (at {worst} s)")
-            delivered = _delivered(att.pts, picks, table, att.replaced) if att.ok else None
+                worst = [round(times[i], 2) for i in sorted(att.damaged)[:3]]
+                raise BadVideo(reasons.damaged(len(att.damaged), len(picks), worst))
+            delivered = _delivered(att.pts, picks, table, att.replaced, floor) if att.ok else None
             if att.ok and delivered is None:
                 att = _Attempt(False, error="delivered frames with other timestamps than asked for")
             if att.ok:
@@ -119,25 +129,29 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
                 shown = [delivered[picks.index(i)] for i in chosen]
                 return SampledFrames(
                     timestamps=[round(times[i], 6) for i in shown], files=files,
-                    width=width, height=height, backend=backend)
+                    width=width, height=height, backend=backend,
+                    deinterlace="bwdif" if deinterlace else None, note="; ".join(att.notes) or None)
             timed_out |= att.timed_out
             errors.append(f"{backend}: {att.error}")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    # What each backend said goes to the log; the reason is the vocabulary's sentence.
+    log.info("sampling %s failed: %s", path.name, plain_words("; ".join(errors), path, 600))
     if timed_out:
-        raise BadVideo("decoder timed out")
-    raise BadVideo(f"decoding failed ({plain_words('; '.join(errors), path, 300)})")
+        raise BadVideo(reasons.DECODER_TIMED_OUT, detail="; ".join(errors))
+    raise BadVideo(reasons.DECODING_FAILED, detail=plain_words("; ".join(errors), path, 600))
 
 
 def _delivered(pts: list[int] | None, picks: list[int], table: FrameTable,
-               replaced: tuple[int, ...]) -> list[int] | None:
+               replaced: tuple[int, ...], floor: int = -1) -> list[int] | None:
     """Table indices of what was delivered for each pick: the pick itself, or, for a pick the
-    backend says it replaced (damaged), a clean frame after the previous pick and before it.
+    backend says it replaced (damaged), a clean frame after the previous pick (and after table
+    index ``floor``: a window's start) and before it.
     None: anything else (the exactness check fails and the next backend is tried)."""
     if pts is None or len(pts) != len(picks):
         return None
     index_of = {p: i for i, p in enumerate(table.pts)}
-    out, prev = [], -1
+    out, prev = [], floor
     for want, got in zip(picks, pts):
         i = index_of.get(got)
         if i is None or (i != want and (want not in replaced or not prev < i < want)):
@@ -157,9 +171,12 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
         head = probe_header(path, s.decode_timeout_s)
         st = next(x for x in head.get("streams", []) if x.get("codec_type") == "video")
         tb = Fraction(st.get("time_base", "1/1000"))
-        return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s)
+        return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
+                                info.container, info.declared_duration_s,
+                                no_reorder=str(st.get("has_b_frames", "")) == "0")
     except (ProbeError, StopIteration) as exc:
-        raise BadVideo("probe timed out" if getattr(exc, "timed_out", False) else "cannot read video packets") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if getattr(exc, "timed_out", False)
+                       else reasons.PACKETS_UNREADABLE) from None
 
 
 def _run_worker(job: dict, timeout: float) -> _Attempt:
@@ -184,7 +201,8 @@ def _run_worker(job: dict, timeout: float) -> _Attempt:
     except (ValueError, IndexError):
         return _Attempt(False, error="worker gave no result")
     if res.get("ok"):
-        return _Attempt(True, pts=res["pts"], replaced=tuple(int(i) for i in res.get("replaced", ())))
+        return _Attempt(True, pts=res["pts"], replaced=tuple(int(i) for i in res.get("replaced", ())),
+                        notes=tuple(str(n) for n in res.get("notes", ())))
     if res.get("kind") == "damaged":
         return _Attempt(False, error=res.get("error", "damaged"), damaged=[int(i) for i in res["picks"]])
     return _Attempt(False, error=res.get("error", "unknown error"))

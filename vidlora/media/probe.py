@@ -16,9 +16,15 @@ from fractions import Fraction
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
-from vidlora.media.ffprobe import FrameTable, ProbeError, decodes_near_start, probe_header, read_frame_table
+from vidlora.media import reasons
+from vidlora.media.ffprobe import (
+    DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order, probe_header,
+    read_frame_table,
+)
 
 MAX_ASPECT = 200  # the VLM's resizer (Qwen smart_resize) refuses more extreme shapes
+# Codecs that have no interlaced mode: no need to run idet on them.
+PROGRESSIVE_CODECS = frozenset({"vp8", "vp9", "av1", "theora", "gif", "png", "apng", "webp"})
 
 
 def plain_words(message: str, path: Path | str | None = None, limit: int = 120) -> str:
@@ -38,11 +44,13 @@ def plain_words(message: str, path: Path | str | None = None, limit: int = 120) 
 
 
 class BadVideo(Exception):
-    """The file cannot be sampled. ``reason`` is short and human readable; ``str(e) == reason``."""
+    """The file cannot be sampled. ``reason`` is a sentence from ``reasons`` (what is wrong,
+    what to do); ``str(e) == reason``. ``detail``: what the decoders said, for logs only."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason)
         self.reason = reason
+        self.detail = detail
 
     def __str__(self) -> str:
         return self.reason
@@ -62,10 +70,23 @@ class ProbeInfo:
     # Shape of one stored pixel ("128:117": 128/117 times as wide as tall); the displayed size
     # already includes it, and every resize works from the displayed size.
     sample_aspect: str = "1:1"
+    # "progressive", or how the two fields are woven: "tt"/"bb" (top/bottom field first, also
+    # "tb"/"bt"), from the stream's flags or, where it has none, from ffmpeg's idet.
+    field_order: str = "progressive"
+    # The span the file's header declares, when it declares one; a partial file (a copy cut
+    # short, a card that filled up) declares more than its packets hold.
+    declared_duration_s: float | None = None
+    # The file ends before its declared end, or part-way through a packet: it is analysed as
+    # far as it decodes, and flagged.
+    truncated: bool = False
 
     @property
     def has_video(self) -> bool:
         return self.frame_count > 0
+
+    @property
+    def interlaced(self) -> bool:
+        return self.field_order in INTERLACED
 
     def as_dict(self) -> dict:
         return {**asdict(self), "has_video": self.has_video}
@@ -82,12 +103,12 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     path = Path(path)
     timeout = s.decode_timeout_s
     if not path.is_file():
-        raise BadVideo("file not found")
+        raise BadVideo(reasons.FILE_NOT_FOUND)
     if path.stat().st_size == 0:
-        raise BadVideo("empty file (0 bytes)")
+        raise BadVideo(reasons.EMPTY)
     head_bytes = _head(path)
     if _looks_like_text(head_bytes):
-        raise BadVideo("not a video file (text)")
+        raise BadVideo(reasons.TEXT)
 
     try:
         head = probe_header(path, timeout)
@@ -96,31 +117,31 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fmt = head.get("format", {})
     fmt_name = fmt.get("format_name", "")
     if fmt_name == "image2" or fmt_name.endswith("_pipe"):
-        raise BadVideo(f"still image, not a video ({fmt_name.removesuffix('_pipe')})")
+        raise BadVideo(reasons.image(fmt_name.removesuffix("_pipe")))
 
     streams = head.get("streams", [])
     videos = [st for st in streams if st.get("codec_type") == "video"
               and not st.get("disposition", {}).get("attached_pic")]
     if not streams and (_float(fmt.get("duration")) or 0.0) <= 0:
-        if _known_container(head_bytes) or _int(fmt.get("probe_score")) == 100:
-            raise BadVideo("zero duration (container holds no streams)")
-        # ffprobe guessed some format from a few bytes and found nothing in it
-        raise BadVideo("not a video file (no audio or video streams found)")
+        # An MP4 whose index parsed (no "moov not found") and lists nothing was written empty;
+        # any other container with nothing in it, or a format guessed from a few bytes, most
+        # likely has a damaged header.
+        raise BadVideo(reasons.EMPTY_CONTAINER if _iso_box(head_bytes) else reasons.NO_STREAMS)
     if not videos:
         audio = any(st.get("codec_type") == "audio" for st in streams)
-        raise BadVideo("no video stream (audio-only file)" if audio else "no video stream")
+        raise BadVideo(reasons.AUDIO_ONLY if audio else reasons.NO_VIDEO)
     st = videos[0]
     codec = st.get("codec_name") or ""
     if not codec or codec == "none":
-        raise BadVideo(f"unsupported codec (fourcc {st.get('codec_tag_string', '?')!s})")
+        raise BadVideo(reasons.unsupported_fourcc(str(st.get("codec_tag_string", "?"))))
 
     stored_w, stored_h = int(st.get("width") or 0), int(st.get("height") or 0)
     if stored_w <= 0 or stored_h <= 0:
-        raise BadVideo("unknown frame size")
+        raise BadVideo(reasons.UNKNOWN_SIZE)
     if stored_w * stored_h > s.max_video_pixels:
-        raise BadVideo(f"resolution too large ({stored_w}x{stored_h} > {s.max_video_pixels} pixels)")
+        raise BadVideo(reasons.too_large(stored_w, stored_h, s.max_video_pixels))
     if max(stored_w, stored_h) > MAX_ASPECT * min(stored_w, stored_h):
-        raise BadVideo(f"absurd resolution {stored_w}x{stored_h} (aspect ratio over {MAX_ASPECT}:1)")
+        raise BadVideo(reasons.absurd_aspect(stored_w, stored_h, MAX_ASPECT))
 
     declared = _float(st.get("duration")) or _float(fmt.get("duration")) or 0.0
     if declared > s.max_duration_s:
@@ -130,39 +151,62 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
-        table = read_frame_table(path, time_base, frame_dur, timeout)
+        table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None,
+                                 no_reorder=_int(st.get("has_b_frames")) == 0)
     except ProbeError as exc:
-        raise BadVideo("probe timed out" if exc.timed_out
-                       else f"corrupt video stream ({plain_words(str(exc), path)})") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.PACKETS_UNREADABLE) from None
     if not table.pts:
-        raise BadVideo("zero duration (no video frames)")
+        frames_said = _int(st.get("nb_frames"))
+        if frames_said or declared > 0:  # the header promised pictures the packets do not hold
+            raise BadVideo(reasons.declared_but_unreadable(frames_said, declared))
+        raise BadVideo(reasons.NO_FRAMES)
     duration = table.duration_s
     if duration <= 0:
-        raise BadVideo("zero duration")
+        raise BadVideo(reasons.NO_FRAMES)
     if duration > s.max_duration_s:
         raise BadVideo(_too_long(duration, s))
 
     try:
         decodes = decodes_near_start(path, timeout)
     except ProbeError as exc:
-        if exc.timed_out:
-            raise BadVideo("probe timed out") from None
-        raise BadVideo(f"unsupported codec or undecodable video ({codec}: {plain_words(str(exc), path)})") from None
+        raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.undecodable(codec)) from None
     if not decodes:
-        raise BadVideo(f"unsupported codec or undecodable video ({codec}: no frame decodes)")
+        raise BadVideo(reasons.undecodable(codec))
 
     rotation = _rotation(st)
     sar = _sample_aspect(st)
     shown_w = max(1, round(stored_w * sar))  # non-square pixels: the width the picture is shown at
     width, height = (stored_h, shown_w) if rotation in (90, 270) else (shown_w, stored_h)
     n = len(table.pts)
-    if not fps or len(table.pts) > 1 and abs(fps - n / duration) > 0.5 * fps:
-        fps = n / duration  # headers of VFR/odd files can be far off; trust the packets
+    if n > 1 or not fps:
+        # What the packets show, not the header's nominal rate: the same for constant-rate
+        # video, the real average for variable-rate video (a phone's "30 fps" that is 18).
+        fps = n / duration
     bit_rate = _int(fmt.get("bit_rate")) or _int(st.get("bit_rate"))
+    field_order = str(st.get("field_order") or "unknown")
+    if codec in PROGRESSIVE_CODECS:
+        field_order = "progressive"
+    elif field_order not in INTERLACED and field_order != "progressive":
+        try:
+            field_order = detect_field_order(path, timeout)
+        except ProbeError:
+            raise BadVideo(reasons.PROBE_TIMED_OUT) from None
+    container = _container(fmt_name, path)
+    # A header that declares more than the packets hold (beyond rounding and a last frame's
+    # length): the file was cut short. MPEG-TS declares nothing; it shows a cut by ending
+    # part-way through a packet.
+    if container in DISCONTINUOUS or declared < duration:
+        # ffprobe's figure for TS/PS is its own estimate from the packets, and a header that
+        # declares less than the packets hold (MKV written with negative timestamps) is wrong.
+        declared = 0.0
+    truncated = bool(declared and declared - duration > max(1.0, 0.02 * declared)) \
+        or (container in ("mpegts", "mpegtsraw") and cut_mid_packet(path))
     info = ProbeInfo(
-        container=_container(fmt_name, path), codec=codec, width=width, height=height,
+        container=container, codec=codec, width=width, height=height,
         rotation=rotation, fps=round(float(fps), 6), duration_s=round(duration, 6),
         frame_count=n, bit_rate=bit_rate, sample_aspect=f"{sar.numerator}:{sar.denominator}",
+        field_order=field_order, declared_duration_s=round(declared, 3) if declared else None,
+        truncated=truncated,
     )
     return info, table
 
@@ -200,21 +244,21 @@ def _known_container(b: bytes) -> bool:
 
 def _header_reason(exc: ProbeError, head: bytes, path: Path) -> str:
     if exc.timed_out:
-        return "probe timed out"
+        return reasons.PROBE_TIMED_OUT
     err = exc.stderr
     if "moov atom not found" in err:
         if not _iso_box(head):  # ffprobe picked the mp4 demuxer from the name only
-            return "not a video file (unrecognised data)"
-        return "truncated or incomplete MP4 (moov atom not found)"
+            return reasons.UNRECOGNISED
+        return reasons.MOOV_MISSING
     if "Invalid data found when processing input" in err:
-        return "not a video file (unrecognised data)"
+        return reasons.UNRECOGNISED
     if "End of file" in err or "truncat" in err.lower():
-        return "truncated file" if _known_container(head) else "not a video file (unrecognised data)"
-    return f"unreadable file ({plain_words(str(exc), path)})"
+        return reasons.HEADER_CUT if _known_container(head) else reasons.UNRECOGNISED
+    return reasons.HEADER_CUT if _known_container(head) else reasons.UNRECOGNISED
 
 
 def _too_long(duration: float, s: Settings) -> str:
-    return f"too long ({duration:.0f} s > {s.max_duration_s:.0f} s limit)"
+    return reasons.too_long(duration, s.max_duration_s)
 
 
 def _container(fmt_name: str, path: Path) -> str:

@@ -22,10 +22,14 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, fields
 
+from vidlora.media import reasons
 from vidlora.media.probe import BadVideo, ProbeInfo
 
 FACTOR = 32
-KEY_VERSION = "v2"  # bump when plan_timestamps/target_size change what a key produces
+# bump when plan_timestamps/target_size/deinterlacing change what a key produces
+# (v3: interlaced video is deinterlaced; the key says whether the policy allows it)
+KEY_VERSION = "v3"
+DEINTERLACE_MODES = ("auto", "off")
 MAX_FRAMES_LIMIT = 4096
 
 
@@ -40,10 +44,15 @@ class SamplingPolicy:
     end_s: float | None = None
     max_pixels: int = 448 * 448
     min_pixels: int = 64 * 64
+    # "auto": interlaced video (stream flags, or ffmpeg's idet where they are missing) is
+    # deinterlaced with bwdif before the resize; "off": frames as stored, fields woven.
+    deinterlace: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("uniform", "fps"):
             raise ValueError(f"mode must be 'uniform' or 'fps', not {self.mode!r}")
+        if self.deinterlace not in DEINTERLACE_MODES:
+            raise ValueError(f"deinterlace must be one of {list(DEINTERLACE_MODES)}, not {self.deinterlace!r}")
         for name in ("num_frames", "min_frames", "max_frames", "max_pixels", "min_pixels"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
@@ -76,7 +85,8 @@ class SamplingPolicy:
             text = f"{self.fps:g} frames a second, {self.min_frames} to {self.max_frames} frames"
         if self.start_s is not None or self.end_s is not None:
             text += f", from {self.start_s or 0:g} s to {f'{self.end_s:g} s' if self.end_s is not None else 'the end'}"
-        return f"{text}, at most {self.max_pixels:,} pixels each"
+        text = f"{text}, at most {self.max_pixels:,} pixels each"
+        return text + (", interlaced video not deinterlaced" if self.deinterlace == "off" else "")
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplingPolicy":
@@ -111,7 +121,7 @@ class SamplingPolicy:
             parts += [f"fps={_num(self.fps)}", f"min={self.min_frames}", f"max={self.max_frames}"]
         parts += [f"start={_num(self.start_s or 0.0)}",
                   f"end={'' if self.end_s is None else _num(self.end_s)}",
-                  f"px={self.min_pixels}-{self.max_pixels}"]
+                  f"px={self.min_pixels}-{self.max_pixels}", f"deint={self.deinterlace}"]
         return ";".join(parts)
 
     def key_hash(self) -> str:
@@ -129,7 +139,7 @@ def plan_timestamps(info: ProbeInfo, policy: SamplingPolicy) -> list[float]:
     start = policy.start_s or 0.0
     end = info.duration_s if policy.end_s is None else min(policy.end_s, info.duration_s)
     if start >= info.duration_s:
-        raise BadVideo(f"sampling window starts at {start:g} s, after the video ends ({info.duration_s:g} s)")
+        raise BadVideo(reasons.window_after_end(start, info.duration_s))
     window = end - start
     if policy.mode == "uniform":
         n = policy.num_frames

@@ -16,7 +16,8 @@ from vidlora.results.fields import final_value, in_schema_order
 
 COLUMNS = (
     "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_sha256",
-    "video_duration_s", "video_width", "video_height", "video_codec", "scenario", "status", "reason",
+    "video_duration_s", "video_declared_duration_s", "video_truncated", "video_field_order", "video_width",
+    "video_height", "video_codec", "frames_deinterlace", "scenario", "status", "reason",
     "review_state", "reviewed_by", "reviewed_at", "review_note", "text", "edited_text", "final_text",
     "health_verdict", "health_ok", "health_schema_ok", "health_engine_runs", "health_isolated_rerun",
     "health_quality", "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
@@ -84,9 +85,14 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "video_name": video.original_name,
         "video_sha256": video.sha256,
         "video_duration_s": video.duration_s,
+        # A partial file: analysed for video_duration_s of the span its header declares.
+        "video_declared_duration_s": video.declared_duration_s,
+        "video_truncated": video.truncated,
+        "video_field_order": video.field_order,
         "video_width": video.width,
         "video_height": video.height,
         "video_codec": video.codec,
+        "frames_deinterlace": frame_set.deinterlace if frame_set is not None else None,
         "scenario": scenario.name,
         "status": analysis.status,
         "reason": analysis.reason,

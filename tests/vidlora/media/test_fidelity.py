@@ -85,6 +85,15 @@ def test_a_last_packet_with_an_odd_duration_does_not_shorten_the_video():
     assert _table(rows, tb, 0).duration_s == pytest.approx(10 * 1001 / 30000)
 
 
+def test_a_variable_rate_video_ending_on_a_slow_stretch_keeps_its_last_frame_whole():
+    """10 frames 1/30 s apart, then 5 frames 1/6 s apart, the last with no duration: the last
+    frame lasts like its neighbours (1/6 s), not the median spacing (1/30 s)."""
+    tb = Fraction(1, 30000)
+    rows = [(i * 1000, i == 0, 1000) for i in range(10)] + [(10000 + k * 5000, False, 5000) for k in range(5)]
+    rows[-1] = (rows[-1][0], False, None)
+    assert _table(rows, tb, 1000).duration_s == pytest.approx((30000 + 5000) / 30000)
+
+
 def test_reasons_name_the_problem_not_a_server_path(tmp_path):
     where = tmp_path / "srv" / "media" / "videos" / "ab"
     where.mkdir(parents=True)

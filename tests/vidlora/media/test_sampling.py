@@ -127,10 +127,10 @@ def test_from_dict_validates_with_clear_errors():
 def test_key_is_canonical_and_only_depends_on_what_matters():
     a = SamplingPolicy.from_dict({"mode": "uniform", "num_frames": 8, "fps": 3})
     b = SamplingPolicy.from_dict({"mode": "uniform", "num_frames": 8, "start_s": 0.0})
-    assert a.key() == b.key() == "v2;mode=uniform;n=8;start=0;end=;px=4096-200704"
+    assert a.key() == b.key() == "v3;mode=uniform;n=8;start=0;end=;px=4096-200704;deint=auto"
     c = SamplingPolicy.from_dict({"mode": "fps", "fps": 2})
     d = SamplingPolicy.from_dict({"mode": "fps", "fps": 2.0, "num_frames": 99})
-    assert c.key() == d.key() == "v2;mode=fps;fps=2;min=4;max=32;start=0;end=;px=4096-200704"
+    assert c.key() == d.key() == "v3;mode=fps;fps=2;min=4;max=32;start=0;end=;px=4096-200704;deint=auto"
     variants = [SamplingPolicy(mode="fps", fps=f, max_frames=m, end_s=e)
                 for f, m, e in itertools.product([1.0, 2.5], [8, 16], [None, 3.0])]
     assert len({v.key() for v in variants}) == len(variants)

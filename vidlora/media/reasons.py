@@ -1,0 +1,75 @@
+"""Why a video cannot be analysed: one vocabulary, in sentences a technician can act on.
+
+Every reason says what is wrong, then what to do, in fixed words: no decoder log line
+("h264: mmco: unref short failure"), no server path, nothing that changes between two runs of
+the same file. The first words name the problem and stay stable (people filter on them:
+"damaged video", "truncated", "not a video", "too long", ...); the rest of the sentence may be
+reworded here, and only here. Each is under 160 characters: it is stored on the analysis row
+and shown in lists.
+
+Technical detail (which backend failed how) goes to the worker's log, not into the reason.
+"""
+
+from __future__ import annotations
+
+REUPLOAD = "Upload a complete copy of the file."
+REENCODE = "Re-encode it (for example to H.264 in MP4) and upload it again."
+
+FILE_NOT_FOUND = "file not found: the stored upload is missing. Upload the file again."
+EMPTY = "empty file (0 bytes): the upload holds no data. Upload the file again."
+TEXT = "not a video file (text). Upload the video itself."
+UNRECOGNISED = "not a video file (unrecognised data): no container format matches it. Upload the video itself."
+NO_STREAMS = "not a video file: it holds no audio or video streams (its header may be damaged). Upload the video itself."
+MOOV_MISSING = ("truncated or incomplete MP4: the index (moov atom) is missing, so no frame can be found. "
+                + REUPLOAD)
+HEADER_CUT = "truncated or damaged header: the file ends or breaks inside its header. " + REUPLOAD
+AUDIO_ONLY = "no video stream (audio-only file): there are no pictures to analyse. Upload a video."
+NO_VIDEO = "no video stream: the file holds no pictures to analyse. Upload a video."
+UNKNOWN_SIZE = "unknown frame size: the video header gives no picture size. " + REENCODE
+EMPTY_CONTAINER = "zero duration: the file is a valid MP4 with no audio or video in it. Upload a recording that has pictures."
+NO_FRAMES = "zero duration: the video track holds no frames. Upload a recording that has pictures."
+PACKETS_UNREADABLE = "corrupt video stream: its packets cannot be read. " + REUPLOAD
+PROBE_TIMED_OUT = "probe timed out: reading the file took longer than the time limit. Try again, or re-encode it."
+DECODER_TIMED_OUT = ("decoder timed out: decoding the sampled frames took longer than the time limit. "
+                     "Try again, or re-encode it.")
+DECODING_FAILED = "decoding failed: no decoder could read the sampled pictures of this video. " + REENCODE
+
+
+def image(fmt: str) -> str:
+    return f"still image or animation ({fmt}), not a video. Convert it to a video file (for example MP4)."
+
+
+def unsupported_fourcc(fourcc: str) -> str:
+    return f"unsupported codec (fourcc {fourcc}): no decoder here reads it. {REENCODE}"
+
+
+def undecodable(codec: str) -> str:
+    return f"unsupported codec or undecodable video ({codec}): no picture decodes. {REENCODE}"
+
+
+def declared_but_unreadable(frames: int | None, seconds: float | None) -> str:
+    said = f"{frames} frames" if frames else f"{seconds:g} s"
+    return f"truncated or damaged video: the header declares {said}, but no frame can be read. {REUPLOAD}"
+
+
+def too_large(w: int, h: int, limit: int) -> str:
+    return f"resolution too large ({w}x{h} > {limit} pixels). Scale it down and upload it again."
+
+
+def absurd_aspect(w: int, h: int, limit: int) -> str:
+    return f"absurd resolution {w}x{h} (aspect ratio over {limit}:1): the model cannot take it. {REENCODE}"
+
+
+def too_long(seconds: float, limit: float) -> str:
+    return f"too long ({seconds:.0f} s > {limit:.0f} s limit). Cut it into shorter parts and upload those."
+
+
+def damaged(bad: int, sampled: int, at: list[float]) -> str:
+    where = ", ".join(f"{t:g} s" for t in at)
+    return (f"damaged video: {bad} of {sampled} sampled frames decode only with errors and have no clean "
+            f"frame nearby (at {where}). Upload an undamaged copy.")
+
+
+def window_after_end(start: float, duration: float) -> str:
+    return (f"sampling window starts at {start:g} s, after the video ends ({duration:g} s). "
+            "Change the scenario's start_s.")
