@@ -260,10 +260,14 @@ def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> Non
 
 
 def _register_commands() -> None:
+    from cli.feedback import eval_command, export_training_command, gold_group
     from cli.results import results_command
     from web.cli import token_group, user_group, web_command
 
     main.add_command(results_command)
+    main.add_command(eval_command)
+    main.add_command(export_training_command)
+    main.add_command(gold_group)
     main.add_command(user_group)
     main.add_command(token_group)
     main.add_command(web_command)

@@ -290,6 +290,10 @@ class Result(Base):
     adapter_version: Mapped[str | None] = mapped_column(String(64))
     review_state: Mapped[str] = mapped_column(String(16), default=ReviewState.UNREVIEWED)
     edited_text: Mapped[str | None] = mapped_column(Text)
+    # A gold result: a reviewed answer the team holds out of training and measures every new
+    # adapter version on (vidlora.feedback.gold); set when marked, by whom.
+    gold_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    gold_by: Mapped[int | None] = mapped_column(ForeignKey("app_user.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")

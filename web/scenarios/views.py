@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from flask import render_template, request
+from flask import abort, render_template, request
 from sqlalchemy import select
 
+from vidlora.config import get_settings
+from vidlora.feedback.gold import gold_results
+from vidlora.feedback.measure import scenario_agreement
 from vidlora.latency import parse_window, scenario_latency
 from vidlora.models import Scenario
 from web.database import get_db
@@ -11,6 +14,8 @@ from web.scenarios.health import holders, worker_health
 
 
 WINDOWS = ("1h", "24h", "7d", "30d")
+# Adapter versions shown side by side per scenario: the serving one and those before it.
+VERSIONS_SHOWN = 3
 
 
 @bp.get("/")
@@ -21,8 +26,21 @@ def index():
     window = request.args.get("window", "24h")
     if window not in WINDOWS:
         window = "24h"
+    tolerance = get_settings().eval_number_tolerance
+    agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
+    gold = {s.id: len(gold_results(session, s.id)) for s in scenarios}
     return render_template("scenarios/index.html", scenarios=scenarios, workers=workers, holders=holders(workers),
-                           latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS)
+                           latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS,
+                           agreement=agreement, gold=gold, config_tolerance=tolerance)
+
+
+@bp.get("/<name>/gold")
+def gold_set(name: str):
+    session = get_db()
+    scenario = session.scalar(select(Scenario).where(Scenario.name == name))
+    if scenario is None:
+        abort(404, f"There is no scenario {name!r}.")
+    return render_template("scenarios/gold.html", scenario=scenario, results=gold_results(session, scenario.id))
 
 
 @bp.get("/workers")
