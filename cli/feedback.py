@@ -35,13 +35,20 @@ def print_agreement(scenario: str, reports: list[dict]) -> None:
 @click.command("eval")
 @click.argument("scenario")
 @click.option("--version", default=None, help="Only this adapter version (or a prefix of it).")
+@click.option("--compare", "candidate", default=None, metavar="VERSION",
+              help="Compare candidate VERSION with the stored answers on the gold set.")
+@click.option("--run", is_flag=True, help="With --compare: answer the gold set with the candidate again first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def eval_command(scenario: str, version: str | None, as_json: bool) -> None:
+def eval_command(scenario: str, version: str | None, candidate: str | None, run: bool, as_json: bool) -> None:
     """How often reviewers agree with each adapter version of SCENARIO: approved unchanged,
-    edited, rejected, and per field of a structured answer, with counts and 95 % intervals."""
+    edited, rejected, and per field of a structured answer, with counts and 95 % intervals.
+    With --compare, a candidate version against the stored answers on the gold set."""
     from vidlora.db import session_scope
     from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 
+    if candidate:
+        _compare(scenario, candidate, run, as_json)
+        return
     try:
         with session_scope() as session:
             row = scenario_or_error(session, scenario)
@@ -53,6 +60,34 @@ def eval_command(scenario: str, version: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"scenario": scenario, "versions": reports}, indent=2))
     else:
         print_agreement(scenario, reports)
+
+
+def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
+    from cli.releases import gold_run, scenario_session
+    from vidlora.feedback.compare import compare
+    from vidlora.feedback.releases import find_release
+
+    with scenario_session(scenario) as (session, row):
+        release = find_release(session, row, candidate)
+        release_id, version, ran = release.id, release.version, release.gold_run_at is not None
+    if run or not ran:
+        gold_run(release_id, scenario, version)
+    with scenario_session(scenario) as (session, row):
+        report = compare(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+        return
+    right = report["answers_right"]
+    click.echo(f"{scenario}: candidate {version} vs stored answers on {report['gold']} gold video(s) "
+               f"(stored from versions {', '.join(report['stored_versions']) or '-'})")
+    click.echo(f"  {'whole answers right':<32} stored {_pct(right['stored'])}   candidate {_pct(right['candidate'])}")
+    for f in report["fields"]:
+        click.echo(f"  {f['field']:<32} stored {_pct(f['stored'])}   candidate {_pct(f['candidate'])}")
+    click.echo(f"  {len(report['changed'])} answer(s) changed")
+    for c in report["changed"]:
+        click.echo(f"  result {c['result_id']} {c['video']}\n    stored:    {json.dumps(c['stored'], ensure_ascii=False)}"
+                   f"\n    candidate: {json.dumps(c['candidate'], ensure_ascii=False)}"
+                   f"\n    reviewed:  {json.dumps(c['reviewed'], ensure_ascii=False)}")
 
 
 def _since(value: str | None) -> datetime | None:
