@@ -79,3 +79,30 @@ def test_the_api_serves_agreement_and_the_gold_set(client, reviewer, reviewed):
     assert client.post(f"/api/v1/results/{edited}/gold", json={"gold": "yes"}, headers=auth).status_code == 400
     gold = client.get(f"/api/v1/scenarios/{reviewed.scenario}/gold", headers=auth).json["gold"]
     assert [g["result_id"] for g in gold] == [edited] and gold[0]["fields"] == JADE
+
+
+def test_the_scenarios_page_shows_a_candidate_beside_the_stored_answers(logged_in_client, reviewed, tmp_path):
+    """The candidate's answers as its gold run leaves them; model text is escaped."""
+    from vidlora.feedback.gold import set_gold
+    from vidlora.models import AdapterRelease, Scenario, utcnow
+
+    approved, edited, _, _ = reviewed.result_ids
+    candidate = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8,
+                                            "decoration": "<img src=x onerror=alert(1)>"}]}
+    with session_scope() as session:
+        for rid in (approved, edited):
+            set_gold(session.get(Result, rid), True, None)
+        scenario = session.query(Scenario).filter_by(name=reviewed.scenario).one()
+        session.add(AdapterRelease(scenario_id=scenario.id, version="cafe0123456789ab", path=str(tmp_path),
+                                   status="candidate", gold_run_at=utcnow(), gold_answers={
+                                       str(approved): {"text": "", "parsed": BRONZE},
+                                       str(edited): {"text": "", "parsed": candidate}}))
+    page = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    section = page.split(f'data-testid="candidate-{reviewed.scenario}-cafe01234567"')[1].split("</section>")[0]
+    whole = section.split('data-field="*"')[1].split("</tr>")[0]
+    assert "<td>1 / 2</td><td>1 / 2</td>" in whole  # the candidate fixes the material, invents a decoration
+    material = section.split('data-field="finds.material"')[1].split("</tr>")[0]
+    assert "<td>1 / 2</td><td>2 / 2</td>" in material
+    changed = section.split(f'data-testid="changed-{reviewed.scenario}"')[1]
+    assert f'data-result="{edited}"' in changed and f'data-result="{approved}"' not in changed
+    assert "<img src=x" not in page and "\\u003cimg src=x" in changed

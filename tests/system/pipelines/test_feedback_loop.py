@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.support.env import ROOT
+from tests.support.reports import report
 from tests.support.workers import wait_for
 from vidlora import scenes
 
@@ -140,6 +141,7 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
         assert {rid: (r.text, r.parsed, r.adapter_version) for rid in ids for r in [session.get(Result, rid)]} == stored
     text = cli(env, "cli", "eval", SCENARIO, "--compare", v2[:12]).stdout
     assert "whole answers right" in text and "passages" in text
+    report("Feedback loop: candidate v2 (3 steps on 3 reviewed answers) vs v1 on the gold set", text)
 
     cli(env, "cli", "scenarios", "promote", SCENARIO, v2[:12])
     fresh = scenes.generate("tomb", [scenes.FRESH_SEEDS + 790], corpus_dir / "loop-after")
