@@ -8,12 +8,14 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from tests.support.cli import vidlora
 from tests.support.structured import seed_structured
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.feedback.training_set import TrainingSetError
 from vidlora.models import Result, Review, utcnow
 
 BRONZE = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
@@ -85,7 +87,7 @@ def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database,
     refused = vidlora("gold", "add", str(unreviewed))
     assert refused.returncode == 1 and "review it first" in refused.stderr
 
-    out = vidlora("export-training", seeded.scenario, "--out", str(tmp_path / "train"))
+    out = vidlora("export-training", seeded.scenario, "--since", "2020-01-01", "--out", str(tmp_path / "train"))
     assert out.returncode == 0, out.stderr
     assert "2 example(s)" in out.stdout
     rows = [json.loads(line) for line in (tmp_path / "train" / "train.jsonl").read_text().splitlines()]
@@ -104,20 +106,31 @@ def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database,
     info = json.loads((tmp_path / "train" / "dataset_info.json").read_text())
     assert info[manifest["dataset_name"]]["columns"] == {"messages": "messages", "videos": "videos"}
 
-    out = vidlora("export-training", seeded.scenario, "--include", "edited", "--out", str(tmp_path / "edited"))
-    assert [json.loads(x)["result_id"] for x in (tmp_path / "edited" / "train.jsonl").read_text().splitlines()] == [edited]
     out = vidlora("export-training", seeded.scenario, "--include", "unreviewed", "--out", str(tmp_path / "bad"))
     assert out.returncode == 2 and "include takes" in out.stderr
-    out = vidlora("export-training", seeded.scenario, "--out", str(tmp_path / "train"))
-    assert out.returncode == 1 and "not empty" in out.stderr
 
-    # --since: reviews older than the date are left out
+    # The selections, in process (the command above is the same function): only edited
+    # answers; a folder that is not empty is refused; reviews older than --since left out.
+    def export(out_dir, **selection):
+        from vidlora.feedback.measure import scenario_or_error
+        from vidlora.feedback.training_set import Selection, write_training_set
+
+        with session_scope() as session:
+            written = write_training_set(session, scenario_or_error(session, seeded.scenario), out_dir,
+                                         Path(get_settings().media_root), Selection(**selection))
+        return [json.loads(x)["result_id"] for x in (out_dir / "train.jsonl").read_text().splitlines()], written
+
+    assert export(tmp_path / "edited", include=("edited",))[0] == [edited]
+    with pytest.raises(TrainingSetError, match="not empty"):
+        export(tmp_path / "train")
     with session_scope() as session:
         for r in session.query(Review).filter(Review.result_id == approved):
             r.created_at = utcnow() - timedelta(days=10)
-    since = (utcnow() - timedelta(days=2)).date().isoformat()
-    out = vidlora("export-training", seeded.scenario, "--since", since, "--out", str(tmp_path / "recent"))
-    assert "1 example(s)" in out.stdout, out.stderr
+    assert export(tmp_path / "recent", since=utcnow() - timedelta(days=2))[0] == [edited]
+    assert export(tmp_path / "all", with_gold=True)[0] == [approved, edited, gold]
+    linked, _ = export(tmp_path / "linked", link=True)
+    first_frame = json.loads((tmp_path / "linked" / "train.jsonl").read_text().splitlines()[0])["videos"][0][0]
+    assert (tmp_path / "linked" / first_frame).stat().st_nlink >= 2  # the media store's file, not a copy
 
     listed = json.loads(vidlora("gold", "list", seeded.scenario, "--json").stdout)
     assert [g["result_id"] for g in listed["gold"]] == [gold]
@@ -129,7 +142,18 @@ def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database,
 
 
 def test_an_example_without_its_frames_is_skipped_and_counted(database, tmp_path):
+    from vidlora.feedback.measure import scenario_or_error
+    from vidlora.feedback.training_set import Selection, write_training_set
+
     seeded = seed_structured([BRONZE])
     review(seeded.result_ids[0], "approve")  # seed_structured stores no frame files
-    out = vidlora("export-training", seeded.scenario, "--out", str(tmp_path / "t"))
-    assert out.returncode == 0 and "0 example(s)" in out.stdout and "1 no stored frames" in out.stdout
+    with session_scope() as session:
+        written = write_training_set(session, scenario_or_error(session, seeded.scenario), tmp_path / "t",
+                                     Path(get_settings().media_root), Selection())
+    assert written.examples == 0 and written.skipped == {"no stored frames": 1}
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["skipped"] == {"no stored frames": 1}
+
+
+def test_scenarios_without_a_subcommand_still_syncs_and_lists(database):
+    out = vidlora("scenarios")
+    assert out.returncode == 0 and "tomb_structure" in out.stdout.split()
