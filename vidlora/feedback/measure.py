@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import Agreement, Reviewed, agreement
@@ -22,31 +22,37 @@ def scenario_or_error(session: Session, name: str) -> Scenario:
     return scenario
 
 
+def reviewed_answer(review_state: str, parsed, edited_parsed):
+    """The answer a review left: the edit, or the model's own when approved unchanged; None
+    for a rejected or unreviewed result."""
+    if review_state == ReviewState.EDITED:
+        return edited_parsed
+    if review_state == ReviewState.APPROVED:
+        return edited_parsed if edited_parsed is not None else parsed
+    return None
+
+
 def reviewed_row(result: Result) -> Reviewed:
     """A result as agreement reads it: the model's answer and the one the review left."""
-    if result.review_state == ReviewState.EDITED:
-        reviewed = result.edited_parsed
-    elif result.review_state == ReviewState.APPROVED:
-        reviewed = result.edited_parsed if result.edited_parsed is not None else result.parsed
-    else:
-        reviewed = None
-    return Reviewed(result.review_state, result.parsed, reviewed)
+    return Reviewed(result.review_state, result.parsed,
+                    reviewed_answer(result.review_state, result.parsed, result.edited_parsed))
 
 
 def scenario_agreement(session: Session, scenario: Scenario, version: str | None = None,
                        relative: float = 0.05) -> list[Agreement]:
     """One ``Agreement`` per adapter version that made results of the scenario, the version
-    with the newest result first; ``version`` (or a prefix of it) keeps that one only."""
-    stmt = (select(Result).join(Analysis, Analysis.id == Result.analysis_id)
-            .where(Analysis.scenario_id == scenario.id))
+    with the newest result first; ``version`` (or a prefix of it) keeps that one only. Reads
+    the four columns it needs, not whole results (the Scenarios page runs it per scenario)."""
+    stmt = (select(Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
+                   Result.created_at)
+            .join(Analysis, Analysis.id == Result.analysis_id).where(Analysis.scenario_id == scenario.id))
     if version:
         stmt = stmt.where(Result.adapter_version.startswith(version, autoescape=True))
-    newest = {v: t for v, t in session.execute(
-        select(Result.adapter_version, func.max(Result.created_at)).join(Analysis, Analysis.id == Result.analysis_id)
-        .where(Analysis.scenario_id == scenario.id).group_by(Result.adapter_version))}
     by_version: dict[str | None, list[Reviewed]] = {}
-    for result in session.scalars(stmt.order_by(Result.id)):
-        by_version.setdefault(result.adapter_version, []).append(reviewed_row(result))
+    newest: dict[str | None, object] = {}
+    for v, state, parsed, edited, created in session.execute(stmt.order_by(Result.id)):
+        by_version.setdefault(v, []).append(Reviewed(state, parsed, reviewed_answer(state, parsed, edited)))
+        newest[v] = max(newest.get(v, created), created)
     specs = schema_fields(scenario.output_schema)
-    order = sorted(by_version, key=lambda v: newest.get(v), reverse=True)
+    order = sorted(by_version, key=lambda v: newest[v], reverse=True)
     return [agreement(v, by_version[v], specs, relative) for v in order]

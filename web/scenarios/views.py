@@ -5,7 +5,7 @@ from sqlalchemy import select
 
 from vidlora.config import get_settings
 from vidlora.feedback.compare import compare
-from vidlora.feedback.gold import gold_results
+from vidlora.feedback.gold import gold_count, gold_results
 from vidlora.feedback.releases import releases
 from vidlora.feedback.measure import scenario_agreement
 from vidlora.latency import parse_window, scenario_latency
@@ -30,7 +30,7 @@ def index():
         window = "24h"
     tolerance = get_settings().eval_number_tolerance
     agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
-    gold = {s.id: len(gold_results(session, s.id)) for s in scenarios}
+    gold = {s.id: gold_count(session, s.id) for s in scenarios}
     # Each candidate version beside the stored answers on the gold set, once it has answered it.
     candidates = {s.id: [(r, compare(session, s, r, tolerance) if r.gold_run_at else None)
                          for r in releases(session, s) if r.status == "candidate"] for s in scenarios}
