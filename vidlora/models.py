@@ -409,6 +409,9 @@ class AdapterRelease(Base):
     scenario_id: Mapped[int] = mapped_column(ForeignKey("scenario.id", ondelete="CASCADE"), index=True)
     version: Mapped[str] = mapped_column(String(64))  # content hash (vidlora.scenarios.adapter_version)
     path: Mapped[str] = mapped_column(String(1024))
+    # The adapter scenarios.yaml named when this version was promoted: while the file still
+    # names it the promotion stands; once the file names another, the file wins again.
+    declared_path: Mapped[str | None] = mapped_column(String(1024))
     status: Mapped[str] = mapped_column(String(16), default=ReleaseStatus.CANDIDATE)
     # The release this one replaced when promoted: what ``rollback`` returns to.
     previous_id: Mapped[int | None] = mapped_column(ForeignKey("adapter_release.id", ondelete="SET NULL"))

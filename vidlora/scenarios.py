@@ -171,13 +171,17 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
     (their analyses and results must keep pointing at them)."""
     existing = {s.name: s for s in session.scalars(select(Scenario))}
     # A promoted adapter version (vidlora.feedback.releases) serves instead of the declared one
-    # until it is rolled back: an operator's promotion must survive the next sync.
-    promoted = {r.scenario_id: r.path for r in session.scalars(
+    # while the file still declares what it replaced: an operator's promotion survives the next
+    # sync, and a later edit of the file is not ignored.
+    promoted = {r.scenario_id: r for r in session.scalars(
         select(AdapterRelease).where(AdapterRelease.status == ReleaseStatus.SERVING))}
     for spec in specs:
         row = existing.get(spec.name) or Scenario(name=spec.name)
-        if row.id in promoted:
-            spec = replace(spec, adapter_path=promoted[row.id])
+        release = promoted.get(row.id)
+        if release is not None and release.declared_path == spec.adapter_path:
+            spec = replace(spec, adapter_path=release.path)
+        elif release is not None:
+            release.status = ReleaseStatus.RETIRED
         row.title = spec.title
         row.description = spec.description
         row.prompt = spec.prompt

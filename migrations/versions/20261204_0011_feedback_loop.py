@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column('scenario_id', sa.Integer(), nullable=False),
         sa.Column('version', sa.String(length=64), nullable=False),
         sa.Column('path', sa.String(length=1024), nullable=False),
+        sa.Column('declared_path', sa.String(length=1024), nullable=True),
         sa.Column('status', sa.String(length=16), nullable=False),
         sa.Column('previous_id', sa.Integer(), nullable=True),
         sa.Column('note', sa.Text(), nullable=True),

@@ -4,8 +4,9 @@ scenarios.yaml names the adapter a scenario starts with. Registering a new versi
 *candidate*: nothing serves it until it is promoted, after its answers on the scenario's gold
 set have been compared with the serving version's (``vidlora eval --compare``). Promoting it
 points the scenario at it (new analyses use it; stored results keep the version that made
-them); a promotion outlives scenario syncs until it is rolled back, or until scenarios.yaml
-is changed to name it. ``rollback`` returns to the version the serving one replaced.
+them); a promotion outlives scenario syncs while scenarios.yaml still names the adapter it
+replaced (once the file names another, the file wins: a team's edit is never silently
+ignored). ``rollback`` returns to the version the serving one replaced.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def _current(session: Session, scenario: Scenario) -> AdapterRelease | None:
                                                            AdapterRelease.version == scenario.adapter_version))
     baseline = baseline or AdapterRelease(scenario_id=scenario.id, version=scenario.adapter_version,
                                           path=scenario.adapter_path, note="declared in the scenario file")
+    baseline.declared_path = scenario.adapter_path
     baseline.status = ReleaseStatus.SERVING
     session.add(baseline)
     session.flush()
@@ -89,6 +91,7 @@ def promote(session: Session, scenario: Scenario, version: str) -> AdapterReleas
     if release.status == ReleaseStatus.SERVING:
         raise ReleaseError(f"{scenario.name} already serves {release.version}")
     current = _current(session, scenario)
+    release.declared_path = current.declared_path if current is not None else scenario.adapter_path
     if current is not None:
         current.status = ReleaseStatus.RETIRED
         release.previous_id = current.id

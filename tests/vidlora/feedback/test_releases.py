@@ -4,6 +4,7 @@ scenario syncs; rollback returns to the version it replaced; results keep their 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -51,3 +52,17 @@ def test_promote_then_rollback_and_syncs_keep_the_promotion(db_session, two_vers
         rollback(db_session, scenario)
     with pytest.raises(ReleaseError, match="no adapter version 'zzz'"):
         promote(db_session, scenario, "zzz")
+
+
+def test_a_scenario_file_that_names_another_adapter_wins_over_a_promotion(db_session, two_versions, tmp_path):
+    v1, v2 = two_versions
+    v3 = tmp_path / "v3"
+    shutil.copytree(v2, v3)
+    (v3 / "README.md").write_text("v3: named in scenarios.yaml by the team\n")
+    spec = ScenarioSpec(name="tomb_file_wins", title="Tombs", prompt="Count the chambers.", adapter_path=str(v1))
+    sync_scenarios(db_session, [spec])
+    scenario = db_session.query(Scenario).filter_by(name="tomb_file_wins").one()
+    promote(db_session, scenario, register_candidate(db_session, scenario, v2).version)
+    sync_scenarios(db_session, [replace(spec, adapter_path=str(v3))])
+    assert scenario.adapter_version == adapter_version(str(v3))
+    assert {r.status for r in releases(db_session, scenario)} == {"retired"}  # nothing left promoted
