@@ -97,6 +97,11 @@ def test_the_scenarios_page_shows_a_candidate_beside_the_stored_answers(logged_i
                                    status="candidate", gold_run_at=utcnow(), gold_answers={
                                        str(approved): {"text": "", "parsed": BRONZE},
                                        str(edited): {"text": "", "parsed": candidate}}))
+    versions = logged_in_client.get(f"/api/v1/scenarios/{reviewed.scenario}/versions").json["versions"]
+    assert [(v["version"], v["status"]) for v in versions] == [("cafe0123456789ab", "candidate")]
+    assert versions[0]["comparison"]["answers_right"]["candidate"]["of"] == 2
+    assert [c["result_id"] for c in versions[0]["comparison"]["changed"]] == [edited]
+
     page = logged_in_client.get("/scenarios/").get_data(as_text=True)
     section = page.split(f'data-testid="candidate-{reviewed.scenario}-cafe01234567"')[1].split("</section>")[0]
     whole = section.split('data-field="*"')[1].split("</tr>")[0]

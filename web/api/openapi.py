@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vidlora.lifecycle import AnalysisStatus, ReviewAction, ReviewState, values
+from vidlora.lifecycle import AnalysisStatus, ReleaseStatus, ReviewAction, ReviewState, values
 from vidlora.results.query import SORTS
 from web.review.actions import MAX_NOTE_CHARS, MAX_TEXT_CHARS
 
@@ -231,6 +231,20 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                                                "description": "Only this adapter version (or a prefix of it)"}],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Agreement")}}}),
+                    **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/versions": {"get": {
+                "summary": "The scenario's adapter versions (candidate, serving, retired), each that answered "
+                           "the gold set with its comparison to the stored answers there",
+                "parameters": [SCENARIO_NAME],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "serving": {"type": "string", "nullable": True},
+                    "versions": {"type": "array", "items": {"type": "object", "properties": {
+                        "version": {"type": "string"}, "status": {"type": "string", "enum": list(values(ReleaseStatus))},
+                        "adapter": {"type": "string", "nullable": True}, "note": {"type": "string", "nullable": True},
+                        "created_at": {"type": "string", "nullable": True},
+                        "promoted_at": {"type": "string", "nullable": True},
+                        "gold_run_at": {"type": "string", "nullable": True},
+                        "comparison": {"type": "object", "nullable": True}}}}}}),
                     **ERRORS, **NOT_FOUND}}},
             "/scenarios/{name}/gold": {"get": {
                 "summary": "The scenario's gold set: reviewed results held out of training",

@@ -18,7 +18,9 @@ from vidlora.results.export import with_provenance
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.config import get_settings
+from vidlora.feedback.compare import compare
 from vidlora.feedback.gold import GoldError, gold_results, set_gold
+from vidlora.feedback.releases import releases
 from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 from web.review.actions import ReviewError, apply_review
 from web.scenarios.health import holders, worker_health
@@ -218,3 +220,18 @@ def gold_set(name: str):
     scenario = _scenario_or_404(name)
     return jsonify(scenario=scenario.name, gold=[row_dict(r.analysis, r, r.analysis.video, scenario)
                                                  for r in gold_results(session, scenario.id)])
+
+
+@bp.get("/scenarios/<name>/versions")
+def versions(name: str):
+    """The scenario's registered adapter versions; each that answered the gold set with its
+    comparison to the stored answers (what `vidlora eval --compare` prints)."""
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    tolerance = get_settings().eval_number_tolerance
+    return jsonify(scenario=scenario.name, serving=scenario.adapter_version, versions=[{
+        "version": r.version, "status": r.status, "adapter": shown_name(r.path), "note": r.note,
+        "created_at": iso_utc(r.created_at), "promoted_at": iso_utc(r.promoted_at),
+        "gold_run_at": iso_utc(r.gold_run_at),
+        "comparison": compare(session, scenario, r, tolerance) if r.gold_run_at else None,
+    } for r in releases(session, scenario)])
