@@ -130,12 +130,12 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     v2 = out.stdout.split("adapter version ")[1].split()[0]
     assert v2 != v1
 
-    report = json.loads(cli(env, "cli", "eval", SCENARIO, "--compare", v2[:12], "--json").stdout)
-    assert (report["gold"], report["candidate_answered"], report["stored_versions"]) == (2, 2, {v1: 2})
-    passages = next(f for f in report["fields"] if f["field"] == "passages")
+    comparison = json.loads(cli(env, "cli", "eval", SCENARIO, "--compare", v2[:12], "--json").stdout)
+    assert (comparison["gold"], comparison["candidate_answered"], comparison["stored_versions"]) == (2, 2, {v1: 2})
+    passages = next(f for f in comparison["fields"] if f["field"] == "passages")
     assert passages["stored"]["of"] == 2 and passages["candidate"]["of"] == 2
     assert passages["stored"]["right"] == 1  # the stored answer missed the corrected passage
-    for change in report["changed"]:
+    for change in comparison["changed"]:
         assert {"stored", "candidate", "reviewed"} <= set(change)
     with session_scope() as session:  # the candidate's run touched no stored result
         assert {rid: (r.text, r.parsed, r.adapter_version) for rid in ids for r in [session.get(Result, rid)]} == stored
@@ -150,8 +150,8 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     with session_scope() as session:
         assert {session.get(Result, rid).adapter_version for rid in ids} == {v1}  # old results keep v1
 
-    report = json.loads(cli(env, "cli", "eval", SCENARIO, "--json").stdout)
-    by_version = {v["version"]: v for v in report["versions"]}
+    agreement = json.loads(cli(env, "cli", "eval", SCENARIO, "--json").stdout)
+    by_version = {v["version"]: v for v in agreement["versions"]}
     assert by_version[v1]["reviewed"] == 6 and by_version[v2]["results"] == 1
 
     cli(env, "cli", "scenarios", "rollback", SCENARIO)
