@@ -103,6 +103,18 @@ def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database,
     assert manifest["examples"] == 2 and manifest["gold"] == "held out"
     assert manifest["by_review_state"] == {"approved": 1, "edited": 1}
     assert manifest["adapter_versions"] == {"digest-abc": 2} and manifest["reviewed_from"] <= manifest["reviewed_to"]
+    # The trainers load JSON Lines through Hugging Face datasets, i.e. pyarrow's JSON reader:
+    # every row must have one consistent type per column.
+    import pyarrow.json
+
+    table = pyarrow.json.read_json(tmp_path / "train" / "train.jsonl")
+    assert table.num_rows == 2 and {"messages", "videos", "video_timestamps"} <= set(table.column_names)
+    # ... and the demo model's trainer reads it as it trains from it.
+    from demo_model.finetune import read_export
+
+    _, examples = read_export(tmp_path / "train")
+    assert [e["answer"] for e in examples] == [r["messages"][-1]["content"] for r in rows]
+    assert all(p.is_file() for e in examples for p in e["frames"]) and examples[0]["timestamps"] == [0.25, 1.25, 2.25]
     info = json.loads((tmp_path / "train" / "dataset_info.json").read_text())
     assert info[manifest["dataset_name"]]["columns"] == {"messages": "messages", "videos": "videos"}
 
