@@ -50,6 +50,14 @@ def test_a_reviewer_marks_a_reviewed_result_gold_and_back(logged_in_client, revi
     with session_scope() as session:
         assert session.get(Result, approved).gold_at is None
 
+    # A gold answer that a later review rejects leaves the gold set (it has no answer to test against).
+    logged_in_client.post(f"/review/results/{approved}/gold", data={"gold": "1", "csrf_token": logged_in_client.csrf})
+    logged_in_client.post(f"/review/results/{approved}", data={"action": "reject", "csrf_token": logged_in_client.csrf})
+    page = logged_in_client.get(f"/review/results/{approved}").get_data(as_text=True)
+    assert "Held out of training" not in page
+    gold_page = logged_in_client.get(f"/scenarios/{reviewed.scenario}/gold").get_data(as_text=True)
+    assert f'data-result="{approved}"' not in gold_page
+
 
 def test_the_scenarios_page_shows_agreement_per_version(logged_in_client, reviewed):
     page = logged_in_client.get("/scenarios/").get_data(as_text=True)

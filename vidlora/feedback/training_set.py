@@ -101,7 +101,8 @@ def dataset_info(name: str) -> dict[str, Any]:
 def _results(session: Session, scenario: Scenario, sel: Selection) -> list[Result]:
     stmt = (select(Result).join(Analysis, Analysis.id == Result.analysis_id)
             .where(Analysis.scenario_id == scenario.id, Result.review_state.in_(sel.include))
-            .options(selectinload(Result.reviews), selectinload(Result.analysis).selectinload(Analysis.frame_set))
+            .options(selectinload(Result.reviews), selectinload(Result.analysis).selectinload(Analysis.frame_set),
+                     selectinload(Result.analysis).selectinload(Analysis.video))
             .order_by(Result.id))
     if sel.gold_only:
         stmt = stmt.where(Result.gold_at.is_not(None))
