@@ -40,7 +40,9 @@ def _score(side: Side, specs: list[FieldSpec], answer: Any, reviewed: Any, text:
         ok = answer is not None
         for score in side.fields:
             right, compared = score_field(score.spec, answer, reviewed, relative)
-            score.right, score.compared, score.results = score.right + right, score.compared + compared, score.results + (compared > 0)
+            score.right += right
+            score.compared += compared
+            score.results += compared > 0
             ok = ok and right == compared
     side.right += ok
     return ok
@@ -63,14 +65,16 @@ def compare(session: Session, scenario: Scenario, release: AdapterRelease, relat
         old_ok = _score(stored, specs, result.parsed, reviewed, result.text, _reviewed_text(result), relative)
         if mine is None:
             continue
-        new_ok = _score(candidate, specs, mine.get("parsed"), reviewed, mine.get("text"), _reviewed_text(result), relative)
+        new_ok = _score(candidate, specs, mine.get("parsed"), reviewed, mine.get("text"), _reviewed_text(result),
+                        relative)
         same = (mine.get("parsed") == result.parsed) if specs else mine.get("text") == result.text
         if not same:
             changed.append({"result_id": result.id, "video": result.analysis.video.original_name,
                             "stored": in_schema_order(result.parsed, scenario.output_schema) if specs else result.text,
                             "candidate": (in_schema_order(mine.get("parsed"), scenario.output_schema) if specs
                                           else mine.get("text")),
-                            "reviewed": in_schema_order(reviewed, scenario.output_schema) if specs else _reviewed_text(result),
+                            "reviewed": (in_schema_order(reviewed, scenario.output_schema) if specs
+                                         else _reviewed_text(result)),
                             "stored_right": old_ok, "candidate_right": new_ok, "error": mine.get("error")})
     return {
         "scenario": scenario.name, "candidate": release.version, "candidate_status": release.status,

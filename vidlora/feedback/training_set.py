@@ -177,7 +177,8 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
         "adapter_versions": versions, "serving_adapter_version": scenario.adapter_version,
         "reviewed_from": iso_utc(min(dates)) if dates else None, "reviewed_to": iso_utc(max(dates)) if dates else None,
         "system": scenario.system_prompt, "prompt": scenario.prompt, "chat_template_prompt": rendered_prompt,
-        "output_schema": scenario.output_schema, "sampling": scenario.sampling, "frames": "linked" if sel.link else "copied",
+        "output_schema": scenario.output_schema, "sampling": scenario.sampling,
+        "frames": "linked" if sel.link else "copied",
     }
     (out / "manifest.json").write_text(json.dumps(written.manifest, indent=2, ensure_ascii=False) + "\n")
     return written
