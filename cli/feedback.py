@@ -71,7 +71,7 @@ def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
         release = find_release(session, row, candidate)
         release_id, version, ran = release.id, release.version, release.gold_run_at is not None
     if run or not ran:
-        gold_run(release_id, scenario, version)
+        gold_run(release_id, scenario, version, err=as_json)
     with scenario_session(scenario) as (session, row):
         report = compare(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,12 +46,16 @@ def register_command(scenario: str, path: Path, note: str | None, run_gold: bool
         gold_run(release_id, scenario, version)
 
 
-def gold_run(release_id: int, scenario: str, version: str) -> None:
+def gold_run(release_id: int, scenario: str, version: str, err: bool = False) -> None:
+    """``err``: say it on stderr (stdout carries JSON)."""
+    # vLLM logs to stdout by default; a command's stdout is its answer (JSON for scripts).
+    # Set before vLLM is first imported, which reads it once.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from tasks.gold_run import run_candidate
 
     answered = run_candidate(release_id, get_settings())
     click.echo(f"{scenario}: candidate {version} answered {answered} gold video(s); "
-               f"compare with: vidlora eval {scenario} --compare {version[:12]}")
+               f"compare with: vidlora eval {scenario} --compare {version[:12]}", err=err)
 
 
 @click.command("promote")

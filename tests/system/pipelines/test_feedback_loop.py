@@ -4,7 +4,8 @@ as gold; `vidlora export-training` writes the training set; `demo_model.finetune
 adapter's next version for a few steps from that export (read as a trainer reads it);
 `vidlora scenarios register` makes it a candidate and answers the gold set with it, without
 touching stored results; `vidlora eval --compare` shows it beside the stored answers;
-`promote` makes new analyses use it while old results keep v1's provenance; `rollback` returns.
+another scenario's adapter, registered as a candidate too, shows worse on the same videos;
+`promote` makes new analyses use v2 while old results keep v1's provenance; `rollback` returns.
 """
 
 from __future__ import annotations
@@ -143,6 +144,17 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     assert "whole answers right" in text and "passages" in text
     report("Feedback loop: candidate v2 (3 steps on 3 reviewed answers) vs v1 on the gold set", text)
 
+    # A bad candidate shows as one: another scenario's adapter, registered without a gold run,
+    # is run by `eval --compare` and changes the gold answers for the worse.
+    wrong = ROOT / "demo_model" / "weights" / "adapters" / "murals_inscriptions"
+    out = cli(env, "cli", "scenarios", "register", SCENARIO, str(wrong), "--no-gold-run")
+    bad = out.stdout.split("adapter version ")[1].split()[0]
+    worse = json.loads(cli(env, "cli", "eval", SCENARIO, "--compare", bad[:12], "--json").stdout)
+    assert worse["candidate_answered"] == 2 and worse["changed"], worse
+    chambers = next(f for f in worse["fields"] if f["field"] == "chamber_count")
+    assert chambers["candidate"]["right"] < chambers["stored"]["right"] == 2, chambers
+    assert worse["answers_right"]["candidate"]["count"] < worse["answers_right"]["stored"]["count"]
+
     cli(env, "cli", "scenarios", "promote", SCENARIO, v2[:12])
     fresh = scenes.generate("tomb", [scenes.FRESH_SEEDS + 790], corpus_dir / "loop-after")
     after = analysed(submit_paths([p for p, _ in fresh], [SCENARIO], "loop v2")[0], 1)
@@ -158,4 +170,4 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     with session_scope() as session:
         assert session.query(Scenario).filter_by(name=SCENARIO).one().adapter_version == v1
     listed = cli(env, "cli", "scenarios", "versions", SCENARIO).stdout
-    assert f"{v2}  retired" in listed and f"{v1}  serving" in listed
+    assert f"{v2}  retired" in listed and f"{v1}  serving" in listed and f"{bad}  candidate" in listed
