@@ -70,12 +70,15 @@ def analysed(batch_id: int, count: int):
     from sqlalchemy import select
 
     from vidlora.db import session_scope
-    from vidlora.models import Analysis, Result
+    from vidlora.models import Analysis, Result, Video
 
     def done():
+        # In the videos' (seeded) name order, not the order they happened to finish in: the
+        # same videos are approved, corrected and made gold in every run.
         with session_scope() as session:
             rows = session.execute(select(Analysis, Result).outerjoin(Result, Result.analysis_id == Analysis.id)
-                                   .where(Analysis.batch_id == batch_id).order_by(Analysis.id)).all()
+                                   .join(Video, Video.id == Analysis.video_id)
+                                   .where(Analysis.batch_id == batch_id).order_by(Video.original_name)).all()
             finished = [(a.id, a.status, a.reason, r.id if r else None, r.adapter_version if r else None)
                         for a, r in rows if a.status in ("done", "failed", "rejected")]
             return finished if len(finished) == count else None
