@@ -46,11 +46,15 @@ def db_upgrade() -> None:
 # -- scenarios ---------------------------------------------------------------------------
 
 
-@main.command("scenarios")
-def scenarios_cmd() -> None:
-    """Sync scenarios from the scenario file and list them."""
+@main.group("scenarios", invoke_without_command=True)
+@click.pass_context
+def scenarios_cmd(ctx: click.Context) -> None:
+    """Sync scenarios from the scenario file and list them; or manage a scenario's adapter
+    versions (register, promote, rollback, versions)."""
     from vidlora.scenarios import ScenarioError, sync
 
+    if ctx.invoked_subcommand is not None:
+        return
     try:
         names = sync()
     except ScenarioError as exc:
@@ -260,10 +264,17 @@ def demo(serve: bool, serve_for: float, timeout: float, port: int | None) -> Non
 
 
 def _register_commands() -> None:
+    from cli.feedback import eval_command, export_training_command, gold_group
+    from cli.releases import promote_command, register_command, rollback_command, versions_command
     from cli.results import results_command
     from web.cli import token_group, user_group, web_command
 
     main.add_command(results_command)
+    main.add_command(eval_command)
+    main.add_command(export_training_command)
+    main.add_command(gold_group)
+    for command in (register_command, promote_command, rollback_command, versions_command):
+        scenarios_cmd.add_command(command)
     main.add_command(user_group)
     main.add_command(token_group)
     main.add_command(web_command)

@@ -117,12 +117,17 @@ class Encoder:
         return {"pixel_values_videos": enc["pixel_values_videos"], "video_grid_thw": enc["video_grid_thw"][0]}
 
     def example(self, scenario: str, scene: scenes.Scene, answer: dict[str, Any]) -> dict[str, Any]:
+        frames, ts = sampled_frames(scene, self.scenarios[scenario].sampling)
+        return self.frames_example(scenario, frames, ts, answer_text(answer))
+
+    def frames_example(self, scenario: str, frames: np.ndarray, timestamps: list[float], answer: str) -> dict[str, Any]:
+        """One training example from sampled frames and the answer's text, labels on the answer
+        (and its end token) only."""
         import torch
 
-        frames, ts = sampled_frames(scene, self.scenarios[scenario].sampling)
-        enc = self.prompt_inputs(scenario, frames, ts)
+        enc = self.prompt_inputs(scenario, frames, timestamps)
         prompt_ids = enc["input_ids"][0]
-        target = torch.tensor(self.tokenizer(answer_text(answer), add_special_tokens=False)["input_ids"] + [self.end])
+        target = torch.tensor(self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [self.end])
         out = {"input_ids": torch.cat([prompt_ids, target]),
                "labels": torch.cat([torch.full_like(prompt_ids, -100), target]),
                "pixel_values_videos": enc["pixel_values_videos"],

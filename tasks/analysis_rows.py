@@ -68,7 +68,7 @@ def build_request(analysis_id: int, scenario, frame_set, media_root: Path) -> An
     )
 
 
-def _parse(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
+def parse_answer(text: str, schema: dict | None) -> tuple[dict | None, bool | None]:
     """A structured scenario's answer, parsed, and whether it is valid against its schema (the
     engine enforces the schema while generating; this is the check that it did). Control
     characters inside strings are read as the grammar let the model write them."""
@@ -142,7 +142,7 @@ def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict)
                                "(raise the scenario's max_tokens, or bound its schema: maxItems, maxLength)")
             return
         if session.scalar(select(Result.id).where(Result.analysis_id == analysis.id)) is None:
-            parsed, schema_ok = _parse(output.text, analysis.scenario.output_schema)
+            parsed, schema_ok = parse_answer(output.text, analysis.scenario.output_schema)
             result = Result(
                 analysis_id=analysis.id,
                 text=storable_text(output.text),

@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     # "replace" always restarts the worker process.
     engine_rebuild: str = "auto"
 
+    # -- the feedback loop (vidlora.feedback) ---------------------------------------------
+    # A number in a structured answer counts as right within this share of its schema range
+    # (confidence in 0..1: +-0.05), or of the reviewed value where the schema gives no range.
+    eval_number_tolerance: float = 0.05
+
     # -- web ---------------------------------------------------------------------------
     secret_key: str = ""  # must be set outside development; see web.create_app
     # Behind HTTPS (a TLS-terminating proxy): browsers then send the session cookies only

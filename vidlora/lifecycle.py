@@ -88,6 +88,13 @@ class AdapterStatus(StrEnum):
     NONE = "none"  # the scenario runs on the base model
 
 
+class ReleaseStatus(StrEnum):
+    """An adapter version registered for a scenario (vidlora.feedback.releases)."""
+    CANDIDATE = "candidate"  # tested on the gold set, not serving
+    SERVING = "serving"  # promoted: new analyses of the scenario run with it
+    RETIRED = "retired"  # served before, replaced by a promotion or a rollback
+
+
 class WorkerStatus(StrEnum):
     STARTING = "starting"
     READY = "ready"

@@ -38,6 +38,7 @@ from vidlora.lifecycle import (
     FrameSetStatus,
     ItemStatus,
     ReviewAction,
+    ReleaseStatus,
     ReviewState,
     Role,
     TokenScope,
@@ -299,6 +300,10 @@ class Result(Base):
     adapter_version: Mapped[str | None] = mapped_column(String(64))
     review_state: Mapped[str] = mapped_column(String(16), default=ReviewState.UNREVIEWED)
     edited_text: Mapped[str | None] = mapped_column(Text)
+    # A gold result: a reviewed answer the team holds out of training and measures every new
+    # adapter version on (vidlora.feedback.gold); set when marked, by whom.
+    gold_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    gold_by: Mapped[int | None] = mapped_column(ForeignKey("app_user.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")
@@ -399,3 +404,31 @@ class Worker(Base):
     status: Mapped[str] = mapped_column(String(16), default=WorkerStatus.STARTING)
     started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class AdapterRelease(Base):
+    """One adapter version registered for a scenario: a candidate until it is promoted, and
+    its answers on the scenario's gold set (run without touching stored results), so it is
+    compared with the serving version on the same videos before it serves."""
+
+    __tablename__ = "adapter_release"
+    __table_args__ = (UniqueConstraint("scenario_id", "version"), _status_check("status", ReleaseStatus))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    scenario_id: Mapped[int] = mapped_column(ForeignKey("scenario.id", ondelete="CASCADE"), index=True)
+    version: Mapped[str] = mapped_column(String(64))  # content hash (vidlora.scenarios.adapter_version)
+    path: Mapped[str] = mapped_column(String(1024))
+    # The adapter scenarios.yaml named when this version was promoted: while the file still
+    # names it the promotion stands; once the file names another, the file wins again.
+    declared_path: Mapped[str | None] = mapped_column(String(1024))
+    status: Mapped[str] = mapped_column(String(16), default=ReleaseStatus.CANDIDATE)
+    # The release this one replaced when promoted: what ``rollback`` returns to.
+    previous_id: Mapped[int | None] = mapped_column(ForeignKey("adapter_release.id", ondelete="SET NULL"))
+    note: Mapped[str | None] = mapped_column(Text)
+    # Result id (as text) -> the candidate's answer on that gold result: text, parsed, health.
+    gold_answers: Mapped[dict[str, Any] | None] = mapped_column()
+    gold_run_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    promoted_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+    scenario: Mapped[Scenario] = relationship()

@@ -7,7 +7,7 @@ result can name the exact prompt and adapter version it ran with.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
-from vidlora.lifecycle import AdapterStatus
+from vidlora.lifecycle import AdapterStatus, ReleaseStatus
 from vidlora.media.sampling import SamplingPolicy
-from vidlora.models import Scenario
+from vidlora.models import AdapterRelease, Scenario
 
 @dataclass(frozen=True)
 class Generation:
@@ -170,8 +170,18 @@ def sync_scenarios(session: Session, specs: list[ScenarioSpec]) -> dict[str, int
     """Upsert scenarios by name; scenarios no longer declared are deactivated, never deleted
     (their analyses and results must keep pointing at them)."""
     existing = {s.name: s for s in session.scalars(select(Scenario))}
+    # A promoted adapter version (vidlora.feedback.releases) serves instead of the declared one
+    # while the file still declares what it replaced: an operator's promotion survives the next
+    # sync, and a later edit of the file is not ignored.
+    promoted = {r.scenario_id: r for r in session.scalars(
+        select(AdapterRelease).where(AdapterRelease.status == ReleaseStatus.SERVING))}
     for spec in specs:
         row = existing.get(spec.name) or Scenario(name=spec.name)
+        release = promoted.get(row.id)
+        if release is not None and release.declared_path == spec.adapter_path:
+            spec = replace(spec, adapter_path=release.path)
+        elif release is not None:
+            release.status = ReleaseStatus.RETIRED
         row.title = spec.title
         row.description = spec.description
         row.prompt = spec.prompt

@@ -57,11 +57,12 @@ def _beyond_the_document(case) -> list:
     """Where acceptance depends on what the document cannot say, a valid-looking request may
     be refused (with a 400 that says why): uploaded bytes that are not a video, field
     conditions naming fields of the scenario's own schema, a date range that ends before it
-    starts, an edit that must fit the result."""
+    starts, an edit that must fit the result, gold for a result nobody has approved or edited."""
     path, query, body = case.operation.path, case.query or {}, case.body
     start, end = query.get("date_from"), query.get("date_to")
     backwards = isinstance(start, str) and isinstance(end, str) and bool(start and end) and start > end
     if (path == "/batches" or (path.startswith("/results") and (query.get("where") or backwards))
-            or (isinstance(body, dict) and body.get("action") == "edit")):
+            or (isinstance(body, dict) and body.get("action") == "edit")
+            or (path.endswith("/gold") and isinstance(body, dict) and body.get("gold") is True)):
         return [schemathesis.checks.positive_data_acceptance]
     return []

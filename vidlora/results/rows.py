@@ -118,4 +118,5 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "finished_at": iso_utc(analysis.finished_at),
         "fields": in_schema_order(final_value(result), scenario.output_schema) if result else None,
         "model_fields": in_schema_order(result.parsed, scenario.output_schema) if result else None,
+        "gold": result.gold_at is not None if result else None,
     }

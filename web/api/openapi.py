@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vidlora.lifecycle import AnalysisStatus, ReviewAction, ReviewState, values
+from vidlora.lifecycle import AnalysisStatus, ReleaseStatus, ReviewAction, ReviewState, values
 from vidlora.results.query import SORTS
 from web.review.actions import MAX_NOTE_CHARS, MAX_TEXT_CHARS
 
@@ -97,6 +97,25 @@ SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
     "reviews": {"type": "array", "items": _ref("Review")}}}]}
+
+
+_RATE = {"type": "object", "properties": {
+    "count": {"type": "integer"}, "of": {"type": "integer"}, "rate": {"type": "number", "nullable": True},
+    "ci95": {"type": "array", "nullable": True, "items": {"type": "number"}}}}
+SCHEMAS["Agreement"] = {"type": "object", "properties": {
+    "version": {"type": "string", "nullable": True}, "results": {"type": "integer"},
+    "reviewed": {"type": "integer"}, "unreviewed": {"type": "integer"},
+    "approved": _RATE, "edited": _RATE, "rejected": _RATE,
+    "fields": {"type": "array", "items": {"type": "object", "properties": {
+        "field": {"type": "string"}, "kind": {"type": "string"}, "results": {"type": "integer"},
+        "right": {"type": "integer"}, "of": {"type": "integer"}, "rate": {"type": "number", "nullable": True},
+        "ci95": {"type": "array", "nullable": True, "items": {"type": "number"}}}}}}}
+SCHEMAS["ResultRow"]["properties"]["gold"] = {"type": "boolean", "nullable": True,
+                                              "description": "Held out of training; new versions are tested on it"}
+GOLD_REQUEST = {"type": "object", "required": ["gold"], "additionalProperties": False,
+                "properties": {"gold": {"type": "boolean"}}}
+SCENARIO_NAME = {"name": "name", "in": "path", "required": True,
+                 "schema": {"type": "string", "minLength": 1, "maxLength": 64}}
 
 
 _TEXT = {"type": "string", "nullable": True, "maxLength": MAX_TEXT_CHARS,
@@ -199,5 +218,39 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                 "summary": "Approve, reject, edit or annotate a result", "parameters": [ID("result_id")],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": REVIEW_REQUEST}}},
                 "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+            "/results/{result_id}/gold": {"post": {
+                "summary": "Mark a reviewed (approved or edited) result as gold, or return it to training",
+                "parameters": [ID("result_id")],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": GOLD_REQUEST}}},
+                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/agreement": {"get": {
+                "summary": "Per adapter version: approved / edited / rejected rates and per-field accuracy "
+                           "against the reviewed answers, with counts and 95 % Wilson intervals",
+                "parameters": [SCENARIO_NAME, {"name": "version", "in": "query", "allowEmptyValue": True,
+                                               "schema": {"type": "string", "maxLength": 64},
+                                               "description": "Only this adapter version (or a prefix of it)"}],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Agreement")}}}),
+                    **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/versions": {"get": {
+                "summary": "The scenario's adapter versions (candidate, serving, retired), each that answered "
+                           "the gold set with its comparison to the stored answers there",
+                "parameters": [SCENARIO_NAME],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "serving": {"type": "string", "nullable": True},
+                    "versions": {"type": "array", "items": {"type": "object", "properties": {
+                        "version": {"type": "string"}, "status": {"type": "string", "enum": list(values(ReleaseStatus))},
+                        "adapter": {"type": "string", "nullable": True}, "note": {"type": "string", "nullable": True},
+                        "created_at": {"type": "string", "nullable": True},
+                        "promoted_at": {"type": "string", "nullable": True},
+                        "gold_run_at": {"type": "string", "nullable": True},
+                        "comparison": {"type": "object", "nullable": True}}}}}}),
+                    **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/gold": {"get": {
+                "summary": "The scenario's gold set: reviewed results held out of training",
+                "parameters": [SCENARIO_NAME],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "gold": {"type": "array", "items": _ref("ResultRow")}}}),
+                    **ERRORS, **NOT_FOUND}}},
         },
     }

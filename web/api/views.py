@@ -17,6 +17,11 @@ from web.pagination import MAX_PAGE
 from vidlora.results.export import with_provenance
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
+from vidlora.config import get_settings
+from vidlora.feedback.compare import compare
+from vidlora.feedback.gold import GoldError, gold_results, set_gold
+from vidlora.feedback.releases import releases
+from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 from web.review.actions import ReviewError, apply_review
 from web.scenarios.health import holders, worker_health
 from web.upload.service import UploadError, from_request, start_batch
@@ -49,6 +54,7 @@ def _page() -> int:
 @bp.errorhandler(FilterError)
 @bp.errorhandler(ReviewError)
 @bp.errorhandler(UploadError)
+@bp.errorhandler(GoldError)
 def bad_request(exc: ValueError):
     return render_error(400, str(exc))
 
@@ -178,3 +184,54 @@ def review(result_id: int):
     apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note, fields=fields)
     session.commit()
     return jsonify(_result_json(result))
+
+
+@bp.post("/results/<id:result_id>/gold")
+def gold(result_id: int):
+    session = get_db()
+    result = _result_or_404(result_id)
+    body = request.get_json(silent=True) if request.is_json else None
+    if not isinstance(body, dict) or set(body) != {"gold"} or not isinstance(body["gold"], bool):
+        raise GoldError('Send a JSON object {"gold": true} or {"gold": false}.')
+    set_gold(result, body["gold"], api_user().id)
+    session.commit()
+    return jsonify(_result_json(result))
+
+
+def _scenario_or_404(name: str) -> Scenario:
+    try:
+        return scenario_or_error(get_db(), name)
+    except EvalError as exc:
+        abort(404, str(exc))
+
+
+@bp.get("/scenarios/<name>/agreement")
+def agreement(name: str):
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    reports = scenario_agreement(session, scenario, request.args.get("version") or None,
+                                 get_settings().eval_number_tolerance)
+    return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
+
+
+@bp.get("/scenarios/<name>/gold")
+def gold_set(name: str):
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    return jsonify(scenario=scenario.name, gold=[row_dict(r.analysis, r, r.analysis.video, scenario)
+                                                 for r in gold_results(session, scenario.id)])
+
+
+@bp.get("/scenarios/<name>/versions")
+def versions(name: str):
+    """The scenario's registered adapter versions; each that answered the gold set with its
+    comparison to the stored answers (what `vidlora eval --compare` prints)."""
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    tolerance = get_settings().eval_number_tolerance
+    return jsonify(scenario=scenario.name, serving=scenario.adapter_version, versions=[{
+        "version": r.version, "status": r.status, "adapter": shown_name(r.path), "note": r.note,
+        "created_at": iso_utc(r.created_at), "promoted_at": iso_utc(r.promoted_at),
+        "gold_run_at": iso_utc(r.gold_run_at),
+        "comparison": compare(session, scenario, r, tolerance) if r.gold_run_at else None,
+    } for r in releases(session, scenario)])

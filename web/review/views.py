@@ -6,6 +6,7 @@ from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy.orm import selectinload
 
+from vidlora.feedback.gold import GoldError, set_gold
 from vidlora.lifecycle import AnalysisStatus, FrameSetStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
 from vidlora.results.fields import changes, final_value, in_schema_order
@@ -133,3 +134,20 @@ def act(result_id: int):
         flash("Nothing left to review in this list.", "info")
         return redirect(url_for("query.index", **filters.as_args()), code=303)
     return redirect(safe_next(request.form.get("next"), url_for("review.result", result_id=result_id)), code=303)
+
+
+@bp.post("/results/<id:result_id>/gold")
+def gold(result_id: int):
+    """Mark a reviewed result as gold (held out of training), or return it to training."""
+    session = get_db()
+    result = _result_or_404(result_id)
+    wanted = request.form.get("gold") == "1"
+    try:
+        set_gold(result, wanted, current_user.id)
+    except GoldError as exc:
+        session.rollback()
+        return _page(_result_or_404(result_id), str(exc), status=400)
+    session.commit()
+    flash("Marked as gold: held out of training." if wanted else "Returned to training.", "success")
+    _, queue_args = _queue()
+    return redirect(url_for("review.result", result_id=result_id, **queue_args), code=303)

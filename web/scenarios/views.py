@@ -1,8 +1,13 @@
 from __future__ import annotations
 
-from flask import render_template, request
+from flask import abort, render_template, request
 from sqlalchemy import select
 
+from vidlora.config import get_settings
+from vidlora.feedback.compare import compare
+from vidlora.feedback.gold import gold_count, gold_results
+from vidlora.feedback.releases import releases
+from vidlora.feedback.measure import scenario_agreement
 from vidlora.latency import parse_window, scenario_latency
 from vidlora.models import Scenario
 from web.database import get_db
@@ -11,6 +16,8 @@ from web.scenarios.health import holders, worker_health
 
 
 WINDOWS = ("1h", "24h", "7d", "30d")
+# Adapter versions shown side by side per scenario: the serving one and those before it.
+VERSIONS_SHOWN = 3
 
 
 @bp.get("/")
@@ -21,8 +28,25 @@ def index():
     window = request.args.get("window", "24h")
     if window not in WINDOWS:
         window = "24h"
+    tolerance = get_settings().eval_number_tolerance
+    agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
+    gold = {s.id: gold_count(session, s.id) for s in scenarios}
+    # Each candidate version beside the stored answers on the gold set, once it has answered it.
+    candidates = {s.id: [(r, compare(session, s, r, tolerance) if r.gold_run_at else None)
+                         for r in releases(session, s) if r.status == "candidate"] for s in scenarios}
     return render_template("scenarios/index.html", scenarios=scenarios, workers=workers, holders=holders(workers),
-                           latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS)
+                           latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS,
+                           agreement=agreement, gold=gold, config_tolerance=tolerance,
+                           candidates=candidates)
+
+
+@bp.get("/<name>/gold")
+def gold_set(name: str):
+    session = get_db()
+    scenario = session.scalar(select(Scenario).where(Scenario.name == name))
+    if scenario is None:
+        abort(404, f"There is no scenario {name!r}.")
+    return render_template("scenarios/gold.html", scenario=scenario, results=gold_results(session, scenario.id))
 
 
 @bp.get("/workers")

@@ -1,0 +1,171 @@
+"""`vidlora eval`, `vidlora export-training` and `vidlora gold`, run as a user runs them, on
+results reviewed through the product's own review action."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.support.cli import vidlora
+from tests.support.structured import seed_structured
+from vidlora.config import get_settings
+from vidlora.db import session_scope
+from vidlora.feedback.training_set import TrainingSetError
+from vidlora.models import Result, Review, utcnow
+
+BRONZE = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
+JADE = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8}]}
+
+
+def review(result_id: int, action: str, fields=None, version: str | None = None) -> None:
+    from web.review.actions import apply_review
+
+    with session_scope() as session:
+        result = session.get(Result, result_id)
+        if version is not None:
+            result.adapter_version = version
+        apply_review(session, result, action, None, fields=fields)
+
+
+def with_frames(result_id: int, count: int = 3) -> list[bytes]:
+    """Real JPEGs in the media store for the result's frame set, as the CPU workers leave them."""
+    root = Path(get_settings().media_root)
+    made = []
+    with session_scope() as session:
+        frame_set = session.get(Result, result_id).analysis.frame_set
+        files = []
+        for i in range(count):
+            buf = io.BytesIO()
+            Image.new("RGB", (32, 32), (40 * i, 90, result_id % 255)).save(buf, "JPEG")
+            rel = f"frames/fb{result_id}/{i:04d}.jpg"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(buf.getvalue())
+            files.append(rel)
+            made.append(buf.getvalue())
+        frame_set.files, frame_set.timestamps = files, [0.25 + i for i in range(count)]
+    return made
+
+
+def test_eval_reports_each_version_with_counts_and_intervals(database):
+    seeded = seed_structured([BRONZE] * 5)
+    ids = seeded.result_ids
+    review(ids[0], "approve", version="v1-aaaa")
+    review(ids[1], "edit", fields=JADE, version="v1-aaaa")
+    review(ids[2], "reject", version="v1-aaaa")
+    review(ids[3], "approve", version="v2-bbbb")
+    review(ids[4], "approve", version="v2-bbbb")
+    out = vidlora("eval", seeded.scenario, "--json")
+    assert out.returncode == 0, out.stderr
+    versions = {v["version"]: v for v in json.loads(out.stdout)["versions"]}
+    v1, v2 = versions["v1-aaaa"], versions["v2-bbbb"]
+    assert (v1["reviewed"], v1["approved"]["count"], v1["edited"]["count"], v1["rejected"]["count"]) == (3, 1, 1, 1)
+    assert v2["approved"]["rate"] == 1.0 and v2["approved"]["ci95"][0] < 1.0  # 2 of 2: a wide interval
+    material = next(f for f in v1["fields"] if f["field"] == "finds.material")
+    assert (material["right"], material["of"]) == (1, 2)  # the edit changed it; the rejection is not compared
+
+    out = vidlora("eval", seeded.scenario, "--version", "v2")
+    assert out.returncode == 0 and "v2-bbbb" in out.stdout and "v1-aaaa" not in out.stdout
+    assert "approved" in out.stdout and "finds.material" in out.stdout
+
+    out = vidlora("eval", "no_such_scenario")
+    assert out.returncode == 1 and "no scenario 'no_such_scenario'" in out.stderr
+
+
+def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database, tmp_path):
+    seeded = seed_structured([BRONZE, BRONZE, BRONZE, BRONZE])
+    approved, edited, gold, unreviewed = seeded.result_ids
+    frames = {rid: with_frames(rid) for rid in seeded.result_ids}
+    review(approved, "approve")
+    review(edited, "edit", fields=JADE)
+    review(gold, "approve")
+    assert vidlora("gold", "add", str(gold)).returncode == 0
+    refused = vidlora("gold", "add", str(unreviewed))
+    assert refused.returncode == 1 and "review it first" in refused.stderr
+
+    out = vidlora("export-training", seeded.scenario, "--since", "2020-01-01", "--out", str(tmp_path / "train"))
+    assert out.returncode == 0, out.stderr
+    assert "2 example(s)" in out.stdout
+    rows = [json.loads(line) for line in (tmp_path / "train" / "train.jsonl").read_text().splitlines()]
+    assert [r["result_id"] for r in rows] == [approved, edited]
+    first = rows[0]
+    assert [m["role"] for m in first["messages"]] == ["user", "assistant"]
+    assert first["messages"][0]["content"] == "<video>List the finds."
+    assert json.loads(rows[1]["messages"][1]["content"]) == JADE  # the reviewed answer, not the model's
+    assert rows[1]["messages"][1]["content"].startswith('{"sealed":true,"finds":[{"material":"jade"')
+    assert first["video_timestamps"] == [[0.25, 1.25, 2.25]]
+    assert [(tmp_path / "train" / p).read_bytes() for p in first["videos"][0]] == frames[approved]
+    manifest = json.loads((tmp_path / "train" / "manifest.json").read_text())
+    assert manifest["examples"] == 2 and manifest["gold"] == "held out"
+    assert manifest["by_review_state"] == {"approved": 1, "edited": 1}
+    assert manifest["adapter_versions"] == {"digest-abc": 2} and manifest["reviewed_from"] <= manifest["reviewed_to"]
+    # The trainers load JSON Lines through Hugging Face datasets, i.e. pyarrow's JSON reader:
+    # every row must have one consistent type per column.
+    import pyarrow.json
+
+    table = pyarrow.json.read_json(tmp_path / "train" / "train.jsonl")
+    assert table.num_rows == 2 and {"messages", "videos", "video_timestamps"} <= set(table.column_names)
+    # ... and the demo model's trainer reads it as it trains from it.
+    from demo_model.finetune import read_export
+
+    _, examples = read_export(tmp_path / "train")
+    assert [e["answer"] for e in examples] == [r["messages"][-1]["content"] for r in rows]
+    assert all(p.is_file() for e in examples for p in e["frames"]) and examples[0]["timestamps"] == [0.25, 1.25, 2.25]
+    info = json.loads((tmp_path / "train" / "dataset_info.json").read_text())
+    assert info[manifest["dataset_name"]]["columns"] == {"messages": "messages", "videos": "videos"}
+
+    out = vidlora("export-training", seeded.scenario, "--include", "unreviewed", "--out", str(tmp_path / "bad"))
+    assert out.returncode == 2 and "include takes" in out.stderr
+
+    # The selections, in process (the command above is the same function): only edited
+    # answers; a folder that is not empty is refused; reviews older than --since left out.
+    def export(out_dir, **selection):
+        from vidlora.feedback.measure import scenario_or_error
+        from vidlora.feedback.training_set import Selection, write_training_set
+
+        with session_scope() as session:
+            written = write_training_set(session, scenario_or_error(session, seeded.scenario), out_dir,
+                                         Path(get_settings().media_root), Selection(**selection))
+        return [json.loads(x)["result_id"] for x in (out_dir / "train.jsonl").read_text().splitlines()], written
+
+    assert export(tmp_path / "edited", include=("edited",))[0] == [edited]
+    with pytest.raises(TrainingSetError, match="not empty"):
+        export(tmp_path / "train")
+    with session_scope() as session:
+        for r in session.query(Review).filter(Review.result_id == approved):
+            r.created_at = utcnow() - timedelta(days=10)
+    assert export(tmp_path / "recent", since=utcnow() - timedelta(days=2))[0] == [edited]
+    assert export(tmp_path / "all", with_gold=True)[0] == [approved, edited, gold]
+    linked, _ = export(tmp_path / "linked", link=True)
+    first_frame = json.loads((tmp_path / "linked" / "train.jsonl").read_text().splitlines()[0])["videos"][0][0]
+    assert (tmp_path / "linked" / first_frame).stat().st_nlink >= 2  # the media store's file, not a copy
+
+    listed = json.loads(vidlora("gold", "list", seeded.scenario, "--json").stdout)
+    assert [g["result_id"] for g in listed["gold"]] == [gold]
+    out = vidlora("gold", "export", seeded.scenario, "--out", str(tmp_path / "gold"))
+    assert out.returncode == 0, out.stderr
+    gold_rows = [json.loads(x) for x in (tmp_path / "gold" / "train.jsonl").read_text().splitlines()]
+    assert [r["result_id"] for r in gold_rows] == [gold] and gold_rows[0]["gold"] is True
+    assert json.loads((tmp_path / "gold" / "manifest.json").read_text())["set"] == "gold"
+
+
+def test_an_example_without_its_frames_is_skipped_and_counted(database, tmp_path):
+    from vidlora.feedback.measure import scenario_or_error
+    from vidlora.feedback.training_set import Selection, write_training_set
+
+    seeded = seed_structured([BRONZE])
+    review(seeded.result_ids[0], "approve")  # seed_structured stores no frame files
+    with session_scope() as session:
+        written = write_training_set(session, scenario_or_error(session, seeded.scenario), tmp_path / "t",
+                                     Path(get_settings().media_root), Selection())
+    assert written.examples == 0 and written.skipped == {"no stored frames": 1}
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["skipped"] == {"no stored frames": 1}
+
+
+def test_scenarios_without_a_subcommand_still_syncs_and_lists(database):
+    out = vidlora("scenarios")
+    assert out.returncode == 0 and "tomb_structure" in out.stdout.split()

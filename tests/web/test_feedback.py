@@ -1,0 +1,121 @@
+"""The feedback loop in the web app: reviewers mark gold on the result page, the Scenarios
+page shows agreement per adapter version and the gold set, and the API serves both."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from tests.support.structured import seed_structured
+from tests.support.web import PASSWORD
+from vidlora.db import session_scope
+from vidlora.models import Result
+
+BRONZE = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8,
+                                     "decoration": "<script>alert(1)</script>"}]}
+JADE = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8}]}
+
+
+@pytest.fixture()
+def reviewed(database):
+    """Four results of one version: approved, edited (bronze -> jade), rejected, unreviewed."""
+    from web.review.actions import apply_review
+
+    seeded = seed_structured([BRONZE] * 4)
+    with session_scope() as session:
+        for rid, action, fields in zip(seeded.result_ids, ("approve", "edit", "reject"), (None, JADE, None)):
+            apply_review(session, session.get(Result, rid), action, None, fields=fields)
+    return seeded
+
+
+def test_a_reviewer_marks_a_reviewed_result_gold_and_back(logged_in_client, reviewed):
+    approved, _, rejected, _ = reviewed.result_ids
+    page = logged_in_client.get(f"/review/results/{approved}").get_data(as_text=True)
+    assert f'data-testid="gold-add-{approved}"' in page
+    response = logged_in_client.post(f"/review/results/{approved}/gold", data={"gold": "1", "csrf_token": logged_in_client.csrf})
+    assert response.status_code == 303
+    page = logged_in_client.get(f"/review/results/{approved}").get_data(as_text=True)
+    assert "Held out of training" in page and f'data-testid="gold-remove-{approved}"' in page
+    gold_page = logged_in_client.get(f"/scenarios/{reviewed.scenario}/gold").get_data(as_text=True)
+    assert f'data-result="{approved}"' in gold_page
+
+    # a rejected result has no answer to be gold; the page says why
+    page = logged_in_client.get(f"/review/results/{rejected}").get_data(as_text=True)
+    assert f"gold-add-{rejected}" not in page and "Approve or edit this result" in page
+    response = logged_in_client.post(f"/review/results/{rejected}/gold", data={"gold": "1", "csrf_token": logged_in_client.csrf})
+    assert response.status_code == 400 and "review it first" in response.get_data(as_text=True)
+
+    logged_in_client.post(f"/review/results/{approved}/gold", data={"gold": "0", "csrf_token": logged_in_client.csrf})
+    with session_scope() as session:
+        assert session.get(Result, approved).gold_at is None
+
+    # A gold answer that a later review rejects leaves the gold set (it has no answer to test against).
+    logged_in_client.post(f"/review/results/{approved}/gold", data={"gold": "1", "csrf_token": logged_in_client.csrf})
+    logged_in_client.post(f"/review/results/{approved}", data={"action": "reject", "csrf_token": logged_in_client.csrf})
+    page = logged_in_client.get(f"/review/results/{approved}").get_data(as_text=True)
+    assert "Held out of training" not in page
+    gold_page = logged_in_client.get(f"/scenarios/{reviewed.scenario}/gold").get_data(as_text=True)
+    assert f'data-result="{approved}"' not in gold_page
+
+
+def test_the_scenarios_page_shows_agreement_per_version(logged_in_client, reviewed):
+    page = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    assert f'data-testid="agreement-{reviewed.scenario}"' in page
+    section = page.split(f'data-testid="agreement-{reviewed.scenario}"')[1].split("</table>")[0]
+    assert 'data-version="digest-abc" data-reviewed="3"' in section
+    assert 'data-rate="approved">1 · 33 %' in section
+    fields = page.split(f'data-testid="field-accuracy-{reviewed.scenario}"')[1].split("</table>")[0]
+    material = fields.split('data-field="finds.material"')[1].split("</tr>")[0]
+    assert 'data-right="1" data-of="2"' in material
+    assert f'data-testid="gold-count-{reviewed.scenario}"' in page
+
+
+def test_the_api_serves_agreement_and_the_gold_set(client, reviewer, reviewed):
+    auth = {"Authorization": "Basic " + base64.b64encode(f"{reviewer}:{PASSWORD}".encode()).decode()}
+    approved, edited, rejected, _ = reviewed.result_ids
+    body = client.get(f"/api/v1/scenarios/{reviewed.scenario}/agreement", headers=auth).json
+    (version,) = body["versions"]
+    assert version["version"] == "digest-abc" and version["edited"]["count"] == 1 and version["unreviewed"] == 1
+    assert client.get(f"/api/v1/scenarios/{reviewed.scenario}/agreement?version=zzz", headers=auth).json["versions"] == []
+    assert client.get("/api/v1/scenarios/nope/agreement", headers=auth).status_code == 404
+
+    marked = client.post(f"/api/v1/results/{edited}/gold", json={"gold": True}, headers=auth)
+    assert marked.status_code == 200 and marked.json["gold"] is True
+    refused = client.post(f"/api/v1/results/{rejected}/gold", json={"gold": True}, headers=auth)
+    assert refused.status_code == 400 and "review it first" in refused.json["detail"]
+    assert client.post(f"/api/v1/results/{edited}/gold", json={"gold": "yes"}, headers=auth).status_code == 400
+    gold = client.get(f"/api/v1/scenarios/{reviewed.scenario}/gold", headers=auth).json["gold"]
+    assert [g["result_id"] for g in gold] == [edited] and gold[0]["fields"] == JADE
+
+
+def test_the_scenarios_page_shows_a_candidate_beside_the_stored_answers(logged_in_client, reviewed, tmp_path):
+    """The candidate's answers as its gold run leaves them; model text is escaped."""
+    from vidlora.feedback.gold import set_gold
+    from vidlora.models import AdapterRelease, Scenario, utcnow
+
+    approved, edited, _, _ = reviewed.result_ids
+    candidate = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8,
+                                            "decoration": "<img src=x onerror=alert(1)>"}]}
+    with session_scope() as session:
+        for rid in (approved, edited):
+            set_gold(session.get(Result, rid), True, None)
+        scenario = session.query(Scenario).filter_by(name=reviewed.scenario).one()
+        session.add(AdapterRelease(scenario_id=scenario.id, version="cafe0123456789ab", path=str(tmp_path),
+                                   status="candidate", gold_run_at=utcnow(), gold_answers={
+                                       str(approved): {"text": "", "parsed": BRONZE},
+                                       str(edited): {"text": "", "parsed": candidate}}))
+    versions = logged_in_client.get(f"/api/v1/scenarios/{reviewed.scenario}/versions").json["versions"]
+    assert [(v["version"], v["status"]) for v in versions] == [("cafe0123456789ab", "candidate")]
+    assert versions[0]["comparison"]["answers_right"]["candidate"]["of"] == 2
+    assert [c["result_id"] for c in versions[0]["comparison"]["changed"]] == [edited]
+
+    page = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    section = page.split(f'data-testid="candidate-{reviewed.scenario}-cafe01234567"')[1].split("</section>")[0]
+    whole = section.split('data-field="*"')[1].split("</tr>")[0]
+    assert "<td>1 / 2</td><td>1 / 2</td>" in whole  # the candidate fixes the material, invents a decoration
+    material = section.split('data-field="finds.material"')[1].split("</tr>")[0]
+    assert "<td>1 / 2</td><td>2 / 2</td>" in material
+    changed = section.split(f'data-testid="changed-{reviewed.scenario}"')[1]
+    assert f'data-result="{edited}"' in changed and f'data-result="{approved}"' not in changed
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in changed

@@ -1,0 +1,88 @@
+"""A candidate adapter version against the stored answers, on the scenario's gold set.
+
+Both are scored against the reviewed answers with the same rules as agreement (exact for
+choices and whole numbers, a tolerance for numbers, normalised text): per field, and whole
+answers right. Every gold video whose answer the candidate changed is listed side by side
+with the stored answer and the reviewed one, so a team reads what the new version does
+differently before it serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from vidlora.feedback.agreement import FieldScore, Rate, normalise_text, score_field
+from vidlora.feedback.gold import gold_results
+from vidlora.feedback.measure import reviewed_row
+from vidlora.models import AdapterRelease, Result, Scenario
+from vidlora.results.fields import FieldSpec, in_schema_order, schema_fields
+from vidlora.results.rows import iso_utc
+
+
+@dataclass
+class Side:
+    """One set of answers on the gold set, scored."""
+
+    right: int = 0
+    answered: int = 0
+    fields: list[FieldScore] = field(default_factory=list)
+
+
+def _score(side: Side, specs: list[FieldSpec], answer: Any, reviewed: Any, text: str | None, reviewed_text: str,
+           relative: float) -> bool:
+    side.answered += 1
+    if not specs:  # free text: the whole answer, normalised
+        ok = text is not None and normalise_text(text) == normalise_text(reviewed_text)
+    else:
+        ok = answer is not None
+        for score in side.fields:
+            right, compared = score_field(score.spec, answer, reviewed, relative)
+            score.right += right
+            score.compared += compared
+            score.results += compared > 0
+            ok = ok and right == compared
+    side.right += ok
+    return ok
+
+
+def _reviewed_text(result: Result) -> str:
+    return result.edited_text if result.edited_text is not None else result.text
+
+
+def compare(session: Session, scenario: Scenario, release: AdapterRelease, relative: float) -> dict[str, Any]:
+    specs = schema_fields(scenario.output_schema)
+    gold = gold_results(session, scenario.id)
+    answers = release.gold_answers or {}
+    stored, candidate = Side(fields=[FieldScore(s) for s in specs]), Side(fields=[FieldScore(s) for s in specs])
+    changed, versions = [], {}
+    for result in gold:
+        reviewed = reviewed_row(result).reviewed
+        mine = answers.get(str(result.id))
+        versions[result.adapter_version or "none"] = versions.get(result.adapter_version or "none", 0) + 1
+        old_ok = _score(stored, specs, result.parsed, reviewed, result.text, _reviewed_text(result), relative)
+        if mine is None:
+            continue
+        new_ok = _score(candidate, specs, mine.get("parsed"), reviewed, mine.get("text"), _reviewed_text(result),
+                        relative)
+        same = (mine.get("parsed") == result.parsed) if specs else mine.get("text") == result.text
+        if not same:
+            changed.append({"result_id": result.id, "video": result.analysis.video.original_name,
+                            "stored": in_schema_order(result.parsed, scenario.output_schema) if specs else result.text,
+                            "candidate": (in_schema_order(mine.get("parsed"), scenario.output_schema) if specs
+                                          else mine.get("text")),
+                            "reviewed": (in_schema_order(reviewed, scenario.output_schema) if specs
+                                         else _reviewed_text(result)),
+                            "stored_right": old_ok, "candidate_right": new_ok, "error": mine.get("error")})
+    return {
+        "scenario": scenario.name, "candidate": release.version, "candidate_status": release.status,
+        "serving": scenario.adapter_version, "gold": len(gold), "ran_at": iso_utc(release.gold_run_at),
+        "candidate_answered": candidate.answered, "stored_versions": versions,
+        "answers_right": {"stored": Rate(stored.right, stored.answered).as_dict(),
+                          "candidate": Rate(candidate.right, candidate.answered).as_dict()},
+        "fields": [{"field": a.spec.path, "stored": a.as_dict(), "candidate": b.as_dict()}
+                   for a, b in zip(stored.fields, candidate.fields)],
+        "changed": changed,
+    }
