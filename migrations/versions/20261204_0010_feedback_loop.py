@@ -2,8 +2,8 @@
 new adapter version is measured on), with when and by whom; adapter releases (a scenario's
 adapter versions: candidate, serving, retired) with their answers on the gold set
 
-Revision ID: 0011
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-04 17:00:00
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0011'
-down_revision = '0008'
+revision = '0010'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
