@@ -24,7 +24,7 @@ from vidlora.ingest.store import MediaStore
 from vidlora.lifecycle import BAD_VIDEO, FINAL_ANALYSIS, AnalysisStatus, FrameSetStatus, VideoStatus
 from vidlora.locks import try_lock
 from vidlora.media.ffprobe import FrameTable
-from vidlora.media.frames import frame_table, sample_video
+from vidlora.media.frames import FrameReuse, frame_table, sample_video
 from vidlora.media.probe import BadVideo, ProbeInfo, probe_with_table
 from vidlora.media.sampling import SamplingPolicy
 from vidlora.models import Analysis, FrameSet, Scenario, Video, utcnow
@@ -95,6 +95,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str, table: FrameTable | N
         policy = SamplingPolicy.from_dict(sampling)
         by_policy.setdefault(policy.key(), (policy, []))[1].append(scenario_id)
     ready: list[int] = []
+    reuse = FrameReuse()
     for key, (policy, scenario_ids) in by_policy.items():
         with session_scope() as session:
             frame_set = session.scalar(
@@ -112,7 +113,7 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str, table: FrameTable | N
                 with session_scope() as session:
                     _close_analyses(session, video_id, AnalysisStatus.REJECTED, exc.reason)
                 return ready
-        if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table):
+        if not done and not _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table, reuse):
             continue
         with session_scope() as session:
             for analysis in session.scalars(
@@ -128,13 +129,13 @@ def _frames_step(video_id: int, info: ProbeInfo, rel: str, table: FrameTable | N
     return ready
 
 
-def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table) -> bool:
+def _sample(store, settings, video_id, frame_set_id, key, policy, info, rel, table, reuse) -> bool:
     final_dir = store.frames_dir(video_id, policy.key_hash())
     work_dir = final_dir.with_name(final_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
     try:
         sampled = sample_video(settings.media_root / rel, policy, work_dir, info=info, settings=settings,
-                               table=table)
+                               table=table, reuse=reuse)
     except BadVideo as exc:
         shutil.rmtree(work_dir, ignore_errors=True)
         with session_scope() as session:

@@ -79,7 +79,7 @@ def sample_clip(clip: str, frames_root: str, todo: dict[str, tuple[object, list[
     CPU-seconds (this process and its children)."""
     from bench.sampling import cpu_now
     from vidlora.config import get_settings
-    from vidlora.media.frames import sample_video
+    from vidlora.media.frames import FrameReuse, sample_video
     from vidlora.media.probe import probe_with_table
 
     s = get_settings()
@@ -87,9 +87,10 @@ def sample_clip(clip: str, frames_root: str, todo: dict[str, tuple[object, list[
     c0, w0 = cpu_now(), time.perf_counter()
     info, table = probe_with_table(path, s)
     frames: dict[str, dict] = {}
+    reuse = FrameReuse()  # as tasks.prepare: a policy asking for frames already decoded copies them
     for policy, names in todo.values():
         out_dir = Path(frames_root) / path.stem / policy.key_hash()
-        got = sample_video(path, policy, out_dir, info=info, settings=s, table=table)
+        got = sample_video(path, policy, out_dir, info=info, settings=s, table=table, reuse=reuse)
         for name in names:
             frames[name] = {"files": [str(p) for p in got.paths(out_dir.parent)],
                             "timestamps": got.timestamps, "width": got.width, "height": got.height,

@@ -19,6 +19,11 @@
 
 ``SampledFrames.files`` are relative to ``out_dir.parent`` (``"<out_dir name>/00000.jpg"``), so
 the media store can move as a whole; ``SampledFrames.paths(out_dir.parent)`` makes them absolute.
+
+A caller sampling one video for several policies passes one ``FrameReuse`` to every call: a
+policy that asks for exactly the frames, size and filters an earlier one decoded gets copies of
+its JPEGs, not a second decode. The shipped scenarios' two policies pick the same 8 frames of a
+20 s clip, so half of the CPU worker's decoding was repeated work (bench/results/cpu_feed.md).
 """
 
 from __future__ import annotations
@@ -64,6 +69,35 @@ class SampledFrames:
         return [Path(base) / f for f in self.files]
 
 
+class FrameReuse:
+    """One video's decoded frames, by decode job, for the policies sampled after it (in memory:
+    a frame set is a few JPEGs of at most ``max_pixels``)."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple, tuple[SampledFrames, list[bytes]]] = {}
+        self.hits = 0
+
+    def get(self, job: tuple, out_dir: Path) -> SampledFrames | None:
+        hit = self._done.get(job)
+        if hit is None:
+            return None
+        frames, blobs = hit
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("[0-9][0-9][0-9][0-9][0-9].jpg"):
+            old.unlink()
+        files = []
+        for i, blob in enumerate(blobs):
+            (out_dir / f"{i:05d}.jpg").write_bytes(blob)
+            files.append(f"{out_dir.name}/{i:05d}.jpg")
+        self.hits += 1
+        return SampledFrames(timestamps=list(frames.timestamps), files=files, width=frames.width,
+                             height=frames.height, backend=frames.backend, deinterlace=frames.deinterlace,
+                             note=frames.note)
+
+    def keep(self, job: tuple, frames: SampledFrames, out_dir: Path) -> None:
+        self._done[job] = (frames, [p.read_bytes() for p in frames.paths(out_dir.parent)])
+
+
 @dataclass
 class _Attempt:
     ok: bool
@@ -77,11 +111,12 @@ class _Attempt:
 
 def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeInfo | None = None,
                  settings: Settings | None = None, backends: list[str] | None = None,
-                 table: FrameTable | None = None) -> SampledFrames:
+                 table: FrameTable | None = None, reuse: FrameReuse | None = None) -> SampledFrames:
     """Sample ``path`` by ``policy`` into ``out_dir``; raise ``BadVideo`` if it cannot be done.
 
     ``info`` and ``table`` (from ``probe_with_table`` / ``frame_table``) spare a second probe
-    and packet scan; a caller sampling several policies passes the same ones to each call."""
+    and packet scan, and ``reuse`` a second decode of the same frames; a caller sampling
+    several policies passes the same ones to each call."""
     s = settings or get_settings()
     path, out_dir = Path(path), Path(out_dir)
     if info is None:
@@ -104,6 +139,10 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
         raise ValueError(f"unknown decoder backend(s) {unknown}; known: {list(BACKENDS)}")
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    job_key = (str(path.resolve()), tuple(chosen), stored, info.rotation, s.jpeg_quality, deinterlace, floor,
+               tuple(order))
+    if reuse is not None and (again := reuse.get(job_key, out_dir)) is not None:
+        return again
     errors: list[str] = []
     timed_out = False
     for backend in order:
@@ -127,10 +166,13 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
                 files = _publish(tmp, out_dir, chosen, picks)
                 # A damaged pick replaced by an earlier clean frame reports that frame's time.
                 shown = [delivered[picks.index(i)] for i in chosen]
-                return SampledFrames(
+                result = SampledFrames(
                     timestamps=[round(times[i], 6) for i in shown], files=files,
                     width=width, height=height, backend=backend,
                     deinterlace="bwdif" if deinterlace else None, note="; ".join(att.notes) or None)
+                if reuse is not None:
+                    reuse.keep(job_key, result, out_dir)
+                return result
             timed_out |= att.timed_out
             errors.append(f"{backend}: {att.error}")
         finally:

@@ -186,6 +186,29 @@ def test_resampling_replaces_old_frames_and_short_clips_do_not_repeat(good, tmp_
     assert res.files == ["f/00000.jpg", "f/00001.jpg", "f/00002.jpg"]
 
 
+def test_policies_asking_for_the_same_frames_share_one_decode(good, tmp_path, monkeypatch):
+    """The shipped scenarios' uniform-8 and fps-2 (max 8) policies pick the same frames of a 20 s
+    clip: the second gets copies of the first's JPEGs; a policy with other frames decodes."""
+    from vidlora.media.frames import FrameReuse
+
+    decodes = []
+    real = frames_mod._run_worker
+    monkeypatch.setattr(frames_mod, "_run_worker", lambda job, timeout: decodes.append(job["picks"]) or real(job, timeout))
+    path = good["h264_mp4"]
+    reuse = FrameReuse()
+    d = probe(path).duration_s
+    uniform = SamplingPolicy(mode="uniform", num_frames=4)
+    same = SamplingPolicy(mode="fps", fps=4 / d, min_frames=4, max_frames=4)
+    other = SamplingPolicy(mode="uniform", num_frames=3)
+    a = sample_video(path, uniform, tmp_path / "s" / "a", reuse=reuse)
+    b = sample_video(path, same, tmp_path / "s" / "b", reuse=reuse)
+    c = sample_video(path, other, tmp_path / "s" / "c", reuse=reuse)
+    assert len(decodes) == 2 and reuse.hits == 1
+    assert b.timestamps == a.timestamps and b.files == [f.replace("a/", "b/") for f in a.files]
+    assert [p.read_bytes() for p in b.paths(tmp_path / "s")] == [p.read_bytes() for p in a.paths(tmp_path / "s")]
+    assert c.timestamps != a.timestamps and len(c.files) == 3
+
+
 def test_bad_videos_raise_from_sample_video(bad, good, tmp_path):
     path, reason = bad["truncated_mp4"]
     with pytest.raises(BadVideo, match=reason):
