@@ -290,6 +290,9 @@ class Result(Base):
     adapter_version: Mapped[str | None] = mapped_column(String(64))
     review_state: Mapped[str] = mapped_column(String(16), default=ReviewState.UNREVIEWED)
     edited_text: Mapped[str | None] = mapped_column(Text)
+    # Moved on by every review action (web.review.actions): a reviewer's save, approve or
+    # reject names the version it was made against, and a stale one is refused, not applied.
+    review_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")
@@ -326,6 +329,7 @@ class Review(Base):
     action: Mapped[str] = mapped_column(String(16))
     text: Mapped[str | None] = mapped_column(Text)  # the edited text, for "edit"
     note: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int | None] = mapped_column(Integer)  # the result's review version it made
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     result: Mapped[Result] = relationship(back_populates="reviews")

@@ -14,7 +14,10 @@ MESSAGES = {
     403: ("Not allowed", "Your account may not do that."),
     404: ("Not found", "There is nothing here. It may have been removed, or the link is wrong."),
     405: ("Not allowed", "That page cannot be used this way."),
+    409: ("Changed since you read it", "Someone else changed this since you loaded it. Reload and try again."),
     413: ("Upload too large", ""),
+    415: ("Unsupported content type", "Send the body in the content type the API document names."),
+    428: ("Say which version you read", "Send If-Match with the ETag of what you read."),
     500: ("Something went wrong on our side", "The error has been logged. Please try again in a moment."),
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -158,10 +159,27 @@ def health_summary(health: dict[str, Any] | None) -> tuple[str, str]:
     return flag.value, flag.kind
 
 
+_ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
+
+
+def field_label(path: str) -> str:
+    """A field path as the edit form names it: "finds[0].material" -> "Find 1 · material"."""
+    words = []
+    for part in path.split("."):
+        item = _ITEM.match(part)
+        if item:
+            name = item.group(1).replace("_", " ")
+            name = name[:-1] if name.endswith("s") and len(name) > 1 else name
+            words.append(f"{name.capitalize()} {int(item.group(2)) + 1}")
+        else:
+            words.append(part.replace("_", " "))
+    return " · ".join(words)
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
-        answer_line=answer_line, shown_name=shown_name,
+        answer_line=answer_line, shown_name=shown_name, field_label=field_label,
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},
     )
     app.jinja_env.globals.update(

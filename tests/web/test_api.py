@@ -132,27 +132,30 @@ def test_results_search(client, auth, factory):
 
 def test_result_and_review(client, auth, factory):
     rid = factory.batch().result_ids["artifact_identification"]
-    assert client.get(f"/api/v1/results/{rid}", headers=auth).json["reviews"] == []
-    response = client.post(f"/api/v1/results/{rid}/review", headers=auth,
+    read = client.get(f"/api/v1/results/{rid}", headers=auth)
+    assert read.json["reviews"] == [] and read.headers["ETag"] == '"v0"'
+    response = client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": read.headers["ETag"]},
                            json={"action": "edit", "text": "A bronze fibula.", "note": "shorter"})
     assert response.status_code == 200, response.json
     body = response.json
     assert body["review_state"] == "edited" and body["final_text"] == "A bronze fibula."
     assert body["text"] == "A bronze fibula with incised decoration."
     assert [(r["action"], r["user"], r["note"]) for r in body["reviews"]] == [("edit", "reviewer", "shorter")]
-    assert client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"}).json[
-        "review_state"] == "approved"
+    assert response.headers["ETag"] == '"v1"' and body["review_version"] == 1
+    assert client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": '"v1"'},
+                       json={"action": "approve"}).json["review_state"] == "approved"
     with session_scope() as session:
         assert session.get(Result, rid).edited_text == "A bronze fibula."
 
 
 def test_review_errors(client, auth, factory):
     rid = factory.batch().result_ids["artifact_identification"]
-    post = lambda **kw: client.post(f"/api/v1/results/{rid}/review", headers=auth, **kw)  # noqa: E731
+    post = lambda **kw: client.post(f"/api/v1/results/{rid}/review", **{"headers": auth, **kw})  # noqa: E731
     assert post(json={"action": "destroy"}).status_code == 400
     assert post(json=["approve"]).status_code == 400
     assert post(json={"action": "edit", "text": 42}).status_code == 400
-    assert post(json={"action": "edit"}).status_code == 400
+    assert post(json={"action": "edit"}).status_code == 428  # no If-Match: which version was read?
+    assert post(json={"action": "edit"}, headers={**auth, "If-Match": '"v0"'}).status_code == 400
     assert client.post("/api/v1/results/99999999/review", headers=auth, json={"action": "approve"}).status_code == 404
     assert client.get("/api/v1/results/99999999", headers=auth).status_code == 404
 
@@ -160,8 +163,9 @@ def test_review_errors(client, auth, factory):
 def test_review_with_session_needs_csrf_header(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     url = f"/api/v1/results/{rid}/review"
-    assert logged_in_client.post(url, json={"action": "approve"}).status_code == 403
-    ok = logged_in_client.post(url, json={"action": "approve"}, headers={"X-CSRFToken": logged_in_client.csrf})
+    assert logged_in_client.post(url, json={"action": "approve"}, headers={"If-Match": '"v0"'}).status_code == 403
+    ok = logged_in_client.post(url, json={"action": "approve"},
+                               headers={"X-CSRFToken": logged_in_client.csrf, "If-Match": '"v0"'})
     assert ok.status_code == 200 and ok.json["review_state"] == "approved"
 
 
@@ -202,7 +206,10 @@ def test_a_structured_edit_through_the_api_is_validated(client, auth, database):
 
     answer = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
     rid = seed_structured([answer]).result_ids[0]
-    post = lambda body: client.post(f"/api/v1/results/{rid}/review", headers=auth, json=body)  # noqa: E731
+    def post(body):
+        etag = client.get(f"/api/v1/results/{rid}", headers=auth).headers["ETag"]
+        return client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": etag}, json=body)
+
     bad = post({"action": "edit", "fields": {**answer, "sealed": "yes"}})
     assert bad.status_code == 400 and "sealed: 'yes' is not of type 'boolean'" in bad.json["detail"]
     good = post({"action": "edit", "fields": {**answer, "sealed": False}, "note": "the lid is off"})
@@ -251,7 +258,7 @@ def test_timestamps_carry_their_zone(client, auth, factory):
 
     made = factory.batch()
     rid = made.result_ids["artifact_identification"]
-    client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"})
+    client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": '"v0"'}, json={"action": "approve"})
     batch = client.get("/api/v1/batches", headers=auth).json["batches"][0]
     detail = client.get(f"/api/v1/results/{rid}", headers=auth).json
     for stamp in (batch["created_at"], detail["created_at"], detail["reviews"][0]["created_at"], detail["reviewed_at"]):

@@ -9,6 +9,7 @@ from datetime import date, timedelta
 
 from sqlalchemy import text
 
+from tests.support.web import review_version
 from vidlora.db import session_scope
 from vidlora.models import Analysis
 
@@ -72,6 +73,7 @@ def test_search_uses_edited_text(logged_in_client, factory):
     word = _word()
     rid = factory.batch({"artifact_identification": "plain"}).result_ids["artifact_identification"]
     logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "version": review_version(logged_in_client, rid),
                                                           "text": f"corrected {word}"})
     assert f'data-result-id="{rid}"' in logged_in_client.get(f"/results/?q={word}").get_data(as_text=True)
 
@@ -126,6 +128,7 @@ def test_export_carries_the_review_the_batch_the_video_and_health_as_columns(log
     made = factory.batch({"artifact_identification": "A fibula."}, name="Trench 9", video_name="t9.mp4")
     rid = made.result_ids["artifact_identification"]
     logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "version": review_version(logged_in_client, rid),
                                                           "text": "A bronze fibula.", "note": "checked the register"})
     body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
     [row] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))

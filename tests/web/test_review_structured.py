@@ -25,7 +25,7 @@ def seeded(database):
 
 def _form(html: str) -> dict[str, str]:
     """The edit form as a browser would post it unchanged (selected options, filled inputs)."""
-    data = {}
+    data = dict(re.findall(r'<input type="hidden" name="(version)" value="(\d+)"', html))
     for name, value in re.findall(r'<input type="(?:text|number)" name="(f/[^"]+)" value="([^"]*)"', html):
         data[name] = entities.unescape(value).replace("\n", "")  # a one-line box drops line breaks
     for name, body in re.findall(r'<select name="(f/[^"]+)"[^>]*>(.*?)</select>', html, re.S):

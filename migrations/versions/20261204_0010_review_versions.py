@@ -1,0 +1,32 @@
+"""a result's review version: every review action moves it on, and a save, approve or reject
+made against an older one is refused (409) instead of silently undoing another reviewer's
+work; each review row records the version it produced, so "what changed since" is a query
+
+Revision ID: 0010
+Revises: 0008
+Create Date: 2026-12-04 17:00:00
+"""
+from __future__ import annotations
+
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '0010'
+down_revision = '0008'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('result', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('review_version', sa.Integer(), server_default='0', nullable=False))
+    with op.batch_alter_table('review', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('version', sa.Integer(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('review', schema=None) as batch_op:
+        batch_op.drop_column('version')
+    with op.batch_alter_table('result', schema=None) as batch_op:
+        batch_op.drop_column('review_version')
