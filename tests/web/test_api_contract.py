@@ -57,11 +57,13 @@ def _beyond_the_document(case) -> list:
     """Where acceptance depends on what the document cannot say, a valid-looking request may
     be refused (with a 400 that says why): uploaded bytes that are not a video, field
     conditions naming fields of the scenario's own schema, a date range that ends before it
-    starts, an edit that must fit the result."""
+    starts, an edit that must fit the result, a review that must name the version it read
+    (If-Match: the document cannot know the result's current ETag)."""
     path, query, body = case.operation.path, case.query or {}, case.body
     start, end = query.get("date_from"), query.get("date_to")
     backwards = isinstance(start, str) and isinstance(end, str) and bool(start and end) and start > end
     if (path == "/batches" or (path.startswith("/results") and (query.get("where") or backwards))
-            or (isinstance(body, dict) and body.get("action") == "edit")):
+            or (isinstance(body, dict) and body.get("action") == "edit")
+            or path.endswith("/review") or path.endswith("/fields")):
         return [schemathesis.checks.positive_data_acceptance]
     return []

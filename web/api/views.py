@@ -259,9 +259,12 @@ def review(result_id: int):
     return _with_etag(result)
 
 
-@bp.get("/results/<id:result_id>/fields")
+@bp.route("/results/<id:result_id>/fields", methods=["GET", "PATCH"])
 def result_fields(result_id: int):
-    """A structured result's current answer as data, with the ETag a merge patch needs."""
+    """A structured result's current answer as data, with the ETag a merge patch needs. (One
+    rule for both methods: with two, an id past any row answered PATCH with 405, not 404.)"""
+    if request.method == "PATCH":
+        return patch_fields(result_id)
     result = _result_or_404(result_id)
     if output_schema(result) is None:
         abort(404, f"Result {result_id} is free text: it has no fields (GET /results/{result_id}).")
@@ -270,7 +273,6 @@ def result_fields(result_id: int):
     return response
 
 
-@bp.patch("/results/<id:result_id>/fields")
 def patch_fields(result_id: int):
     """A partial edit of a structured answer: a JSON merge patch (RFC 7396) applied to the
     current answer, saved as an edit (validated against the schema, kept in the history)."""
