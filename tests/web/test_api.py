@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import io
 import json
 import re
@@ -274,3 +275,31 @@ def test_a_session_write_without_csrf_is_403(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     response = logged_in_client.post(f"/api/v1/results/{rid}/review", json={"action": "approve"})
     assert response.status_code == 403 and response.is_json
+
+
+def test_a_script_exports_with_a_token_the_columns_the_page_gives(app, logged_in_client, reviewer, factory):
+    """Issue 32: /results/export.csv redirected scripts to the sign-in page; the API's export
+    is the page's, streamed, for a read-only token."""
+    from web.auth.tokens import create_token
+    from web.auth.users import get_user
+
+    made = factory.batch({"artifact_identification": "x;=1+1;y"})
+    with session_scope() as session:
+        token = create_token(session, get_user(session, reviewer), "export script", "read").token
+    bearer = {"Authorization": f"Bearer {token}"}
+    client = app.test_client()  # a script: no session cookie
+    for kind in ("csv", "items.csv", "jsonl", "parquet"):
+        by_script = client.get(f"/api/v1/results/export.{kind}?batch={made.batch_id}", headers=bearer)
+        streamed, script_body = by_script.is_streamed, by_script.get_data()  # read before the next request
+        by_page = logged_in_client.get(f"/results/export.{kind}?batch={made.batch_id}")
+        assert by_script.status_code == by_page.status_code == 200, (kind, by_script.status_code)
+        assert by_script.mimetype == by_page.mimetype and "attachment" in by_script.headers["Content-Disposition"]
+        if kind != "parquet":
+            assert streamed and script_body == by_page.get_data()
+    rows = list(csv.DictReader(io.StringIO(client.get(
+        f"/api/v1/results/export.csv?batch={made.batch_id}", headers=bearer).get_data(as_text=True).lstrip("\ufeff"))))
+    assert [r["final_text"] for r in rows] == ["x;'=1+1;y"]
+    refused = client.get("/api/v1/results/export.csv")
+    assert refused.status_code == 401 and refused.is_json
+    bad = client.get("/api/v1/results/export.csv?where=nonsense", headers=bearer)
+    assert bad.status_code == 400 and bad.is_json

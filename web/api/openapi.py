@@ -65,6 +65,16 @@ RESULT_FILTERS = [  # an empty value is no filter (what a form sends for "any"):
                     "holds when any item meets it; conditions on one array hold for the same item."},
 ]
 
+# Text filters may hold anything but NUL (PostgreSQL text cannot; the server answers 400).
+NO_NUL = "^[^\u0000]*$"
+for _param in RESULT_FILTERS:
+    _schema = _param["schema"].get("items", _param["schema"])
+    if _schema.get("type") == "string" and "enum" not in _schema and "format" not in _schema:
+        _schema["pattern"] = NO_NUL
+
+EXPORTS = [("csv", "CSV", "text/csv"), ("items.csv", "per-item CSV", "text/csv"),
+           ("jsonl", "JSON Lines", "application/x-ndjson"), ("parquet", "Parquet", "application/vnd.apache.parquet")]
+
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "properties": {
         "error": {"type": "string"}, "detail": {"type": "string"}, "status": {"type": "integer"}}},
@@ -196,10 +206,16 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     "page": {"type": "integer"}, "per_page": {"type": "integer"}, "total": {"type": "integer"},
                     "filters": {"type": "object"}, "results": {"type": "array", "items": _ref("ResultRow")}}}),
                     **ERRORS}}},
+            **{f"/results/export.{kind}": {"get": {
+                "summary": f"The Results page's {label} export, streamed: same columns, same filters",
+                "parameters": RESULT_FILTERS,
+                "responses": {"200": {"description": "The export, as an attachment", "content": {
+                    media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
+               for kind, label, media in EXPORTS},
             "/results/facets": {"get": {
                 "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
                 "parameters": [{**p, "required": True, "allowEmptyValue": False,
-                                "schema": {"type": "string", "minLength": 1}} if p["name"] == "scenario" else p
+                                "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}} if p["name"] == "scenario" else p
                                for p in RESULT_FILTERS],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "filters": {"type": "object"}, "total": {"type": "integer"},

@@ -16,6 +16,7 @@ from web.batches.progress import summarise, view_dict
 from web.database import get_db
 from web.errors import render_error
 from web.pagination import MAX_PAGE
+from web.query.downloads import download
 from vidlora.results.export import with_provenance
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
@@ -138,6 +139,27 @@ def results():
     rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
     return jsonify(page=page, per_page=size, total=total, filters=filters.as_args(),
                    results=[row_dict(*row) for row in rows])
+
+
+@bp.get("/results/export.csv")
+def export_csv():
+    """The Results page's CSV export for a script: same columns and filters, streamed."""
+    return download("csv")
+
+
+@bp.get("/results/export.items.csv")
+def export_items():
+    return download("items.csv")
+
+
+@bp.get("/results/export.jsonl")
+def export_jsonl():
+    return download("jsonl")
+
+
+@bp.get("/results/export.parquet")
+def export_parquet():
+    return download("parquet")
 
 
 @bp.get("/results/facets")

@@ -1,14 +1,10 @@
 from __future__ import annotations
 
-import tempfile
-from datetime import datetime, timezone
-
-from flask import Response, current_app, render_template, request, send_file, stream_with_context
+from flask import current_app, render_template, request
 from sqlalchemy import select
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
-from vidlora.results.export import csv_lines, items_lines, jsonl_lines, write_parquet
 from vidlora.results.query import (
     SORT_LABELS,
     FilterError,
@@ -24,6 +20,7 @@ from web.database import get_db
 from web.errors import render_error
 from web.pagination import PAGE_SIZES, Page, page_number, page_size
 from web.query import bp
+from web.query.downloads import download
 
 
 @bp.get("/")
@@ -52,44 +49,24 @@ def index():
     ), (400 if error else 200)
 
 
-def _filename(suffix: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"vidlora-results-{stamp}.{suffix}"
-
-
-def _export(lines, mimetype: str, suffix: str) -> Response:
-    filters = parse_filters(request.args)  # FilterError -> 400 via the handler below
-    result_query(get_db(), filters)  # a bad field condition is a 400 now, not a broken download
-    response = Response(stream_with_context(lines(filters)), mimetype=mimetype)
-    response.headers["Content-Disposition"] = f'attachment; filename="{_filename(suffix)}"'
-    return response
-
-
 @bp.get("/export.csv")
 def export_csv():
-    return _export(csv_lines, "text/csv; charset=utf-8", "csv")
+    return download("csv")
 
 
 @bp.get("/export.items.csv")
 def export_items():
-    return _export(items_lines, "text/csv; charset=utf-8", "items.csv")
+    return download("items.csv")
 
 
 @bp.get("/export.jsonl")
 def export_jsonl():
-    return _export(jsonl_lines, "application/x-ndjson; charset=utf-8", "jsonl")
+    return download("jsonl")
 
 
 @bp.get("/export.parquet")
 def export_parquet():
-    filters = parse_filters(request.args)
-    result_query(get_db(), filters)
-    # Parquet's footer comes last: the file is written whole (to disk, not memory), then sent.
-    spool = tempfile.TemporaryFile(suffix=".parquet")
-    write_parquet(filters, spool)
-    spool.seek(0)
-    return send_file(spool, mimetype="application/vnd.apache.parquet", as_attachment=True,
-                     download_name=_filename("parquet"))
+    return download("parquet")
 
 
 @bp.errorhandler(FilterError)
