@@ -91,18 +91,24 @@ def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.username)))
 
 
-def set_password(session: Session, username: str, password: str) -> None:
+def set_password(session: Session, username: str, password: str) -> int:
+    """A new password: every signed-in session and every API token of the account ends with
+    the old one (a token minted from a stolen session must not outlive the owner's fix).
+    Returns how many tokens were revoked; the owner creates new ones."""
+    from web.auth.tokens import revoke_all
+
     if len(password) < MIN_PASSWORD_CHARS:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
     user = get_user(session, username)
     user.password_hash = generate_password_hash(password)
     user.session_token = secrets.token_hex(16)  # signed-in sessions end with the old password
     user.failed_logins, user.locked_until = 0, None
+    return revoke_all(session, user.id)
 
 
 def reset_password(session: Session, username: str) -> str:
     """A new random password for someone who lost theirs (shown once to the admin, who passes
-    it on); the account's sessions end and its lockout is lifted. Its API tokens stay."""
+    it on); the account's sessions and API tokens end, and its lockout is lifted."""
     password = secrets.token_urlsafe(12)
     set_password(session, username, password)
     return password
