@@ -129,6 +129,10 @@ class Settings(BaseSettings):
     # Behind HTTPS (a TLS-terminating proxy): browsers then send the session cookies only
     # over HTTPS, so a plain-HTTP request can never leak them.
     session_cookie_secure: bool = False
+    # Reverse proxies in front of the web app that append to X-Forwarded-For (a TLS proxy: 1).
+    # The sign-in throttle counts per client address; with 0 it trusts no such header (anyone
+    # could forge it) and every client behind a proxy would share the proxy's address.
+    proxy_hops: int = 0
     web_host: str = "127.0.0.1"
     web_port: int = 8000
 

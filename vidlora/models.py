@@ -348,10 +348,6 @@ class User(Base):
     # Part of every signed session cookie: replaced at sign-out and on a password change, so
     # a copied cookie dies with them (cookies are signed, not stored, so nothing else could).
     session_token: Mapped[str] = mapped_column(String(64), default=lambda: secrets.token_hex(16))
-    # Wrong passwords in a row (sign-in form and HTTP Basic alike) and until when the next try
-    # must wait: the wait doubles with each failure past the allowance.
-    failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    locked_until: Mapped[datetime | None] = mapped_column(Timestamp)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 

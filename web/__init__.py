@@ -86,6 +86,11 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
         app.config.from_mapping(test_config)
     app.config["SECRET_KEY"] = _secret_key(app, dev)
     app.url_map.converters["id"] = RowId
+    if settings.proxy_hops > 0:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        # Only the hops the operator named: the client address the sign-in throttle counts.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.proxy_hops, x_proto=settings.proxy_hops)
 
     from web import database, errors, security, template_helpers
     from web.extensions import csrf, login_manager
