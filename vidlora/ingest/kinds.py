@@ -45,3 +45,11 @@ def not_video_reason(name: str) -> str:
 def accepted_suffixes(video_extensions: tuple[str, ...]) -> tuple[str, ...]:
     """What a file picker should offer and an error should list."""
     return tuple(video_extensions) + ARCHIVE_SUFFIXES
+
+
+def numbered(name: str, n: int) -> str:
+    """``dir/same.mp4`` as its ``n``-th namesake, ``dir/same (2).mp4``: how two files of one
+    name in a batch or an archive are both kept."""
+    head, slash, leaf = name.replace("\\", "/").rpartition("/")
+    stem, dot, suffix = leaf.rpartition(".") if "." in leaf.lstrip(".") else (leaf, "", "")
+    return f"{head}{slash}{stem} ({n}){dot}{suffix}"
