@@ -14,6 +14,7 @@ from vidlora.models import as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 from vidlora.status import stream_words
+from vidlora.visible import PATTERN as INVISIBLE_PATTERN, visible
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
@@ -179,11 +180,12 @@ def field_label(path: str) -> str:
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
-        answer_line=answer_line, shown_name=shown_name, field_label=field_label,
+        answer_line=answer_line, shown_name=shown_name, field_label=field_label, visible=visible,
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, VOCABULARY=VOCABULARY, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
         canary_summary=canary_summary, describe_sampling=describe_sampling, stream_words=stream_words,
+        INVISIBLE_PATTERN=INVISIBLE_PATTERN,
     )

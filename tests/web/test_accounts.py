@@ -224,3 +224,18 @@ def test_a_token_dies_with_its_owners_password(app, make_user):
             assert "API tokens were revoked" in done.get_data(as_text=True)  # the admin is told
         elif how == "cli set-password":
             assert "1 API token(s) revoked" in done.output
+
+
+def test_a_username_cannot_hide_what_it_is(app, make_user):
+    """Issue 32: a user named with U+202E impersonated "admin"; a zero-width space made a twin."""
+    from vidlora.models import User
+    from web.auth.users import UserError, create_user
+
+    for name in ("\u202enimda", "ad\u200bmin", "ad\u00a0min", "x\ty"):
+        with pytest.raises(UserError, match="invisible, control or direction-changing"):
+            with session_scope() as session:
+                create_user(session, name, PASSWORD)
+    with session_scope() as session:  # one made before this rule: shown for what it is
+        session.add(User(username=f"\u202enimda-{uuid.uuid4().hex[:4]}", password_hash="x", role="reviewer"))
+    page = _signed_in(app, make_user("admin")).get("/accounts/users").get_data(as_text=True)
+    assert "[U+202E]nimda-" in page and "<td class=\"wrap\">\u202e" not in page

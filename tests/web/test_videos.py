@@ -124,3 +124,19 @@ def test_ready_video_is_not_called_queued(logged_in_client, factory):
     made = factory.batch()
     html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
     assert 'data-testid="video-status">ready</span>' in html
+
+
+def test_a_name_shows_what_it_really_is_and_exports_flag_it(logged_in_client, factory):
+    """Issue 32: report\\u202Efdp.mp4 showed as "reportpdf.mp4"; exports kept it without a flag."""
+    import csv
+    import io
+
+    made = factory.batch(video_name="report\u202efdp.mp4")
+    page = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert "report[U+202E]fdp.mp4" in page and "\u202e" not in page
+    listing = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    assert "report[U+202E]fdp.mp4" in listing and "\u202e" not in listing
+    body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
+    [row] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
+    assert row["video_name"] == "report\u202efdp.mp4"  # the data as it is
+    assert row["video_name_warning"] == "holds invisible or direction-changing characters: [U+202E]"

@@ -13,9 +13,10 @@ from typing import Any
 from vidlora.models import Analysis, Result, Scenario, Video, as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import final_value, in_schema_order
+from vidlora.visible import warning
 
 COLUMNS = (
-    "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_sha256",
+    "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_name_warning", "video_sha256",
     "video_duration_s", "video_width", "video_height", "video_codec", "scenario", "status", "reason",
     "review_state", "reviewed_by", "reviewed_at", "review_note", "text", "edited_text", "final_text",
     "health_verdict", "health_ok", "health_schema_ok", "health_engine_runs", "health_isolated_rerun",
@@ -82,6 +83,9 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "batch_name": analysis.batch.name if analysis.batch is not None else None,
         "video_id": video.id,
         "video_name": video.original_name,
+        # The name as stored, and a flag when it holds characters a reader cannot see
+        # (vidlora.visible): a spreadsheet shows "report<U+202E>fdp.mp4" as "reportpdf.mp4".
+        "video_name_warning": warning(video.original_name),
         "video_sha256": video.sha256,
         "video_duration_s": video.duration_s,
         "video_width": video.width,

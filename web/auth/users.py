@@ -17,6 +17,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from vidlora.lifecycle import Role, values
 from vidlora.models import User
+from vidlora.visible import INVISIBLE
 from web.auth.throttle import get_throttle
 from web.extensions import login_manager
 
@@ -58,6 +59,9 @@ def create_user(session: Session, username: str, password: str, role: str = Role
     username = username.strip()
     if not username or len(username) > 64:
         raise UserError("a username needs 1 to 64 characters")
+    if INVISIBLE.search(username) or not username.isprintable():
+        # "\u202Enimda" reads "admin", "ad\u200bmin" is a twin of it: names show what they are.
+        raise UserError("a username may not contain invisible, control or direction-changing characters")
     if len(password) < MIN_PASSWORD_CHARS:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
     if session.scalar(select(User.id).where(User.username == username)) is not None:
