@@ -222,3 +222,33 @@ def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, scree
         assert len(verdicts) == 1 and result.review_state == {"approve": "approved", "reject": "rejected"}[verdicts[0]]
     for page in pages:
         page.context.close()
+
+
+def test_a_long_hostile_name_wraps_and_shows_what_it_is(live_server, reviewer, browser, screenshots, database):
+    """Issue 32: a 300-character file name made pages 3,800+ px wide; report\\u202Efdp.mp4 read
+    "reportpdf.mp4". On the pages the server draws and on the batch page its script redraws."""
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, BatchItem
+
+    seeded = seed_structured([ANSWER])
+    name = "report\u202efdp-" + "x" * 300 + ".mp4"
+    with session_scope() as session:
+        video = session.get(Analysis, seeded.analysis_ids[0]).video
+        video.original_name, video_id = name, video.id
+        session.query(BatchItem).filter(BatchItem.video_id == video_id).update({"name": name})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(30_000)
+    page.goto(f"{live_server}/auth/login")
+    page.fill("#username", REVIEWER)
+    page.fill("#password", PASSWORD)
+    page.click("[data-testid=login-submit]")
+    page.wait_for_selector("[data-testid=nav-results]")
+    for path in (f"/videos/{video_id}", f"/results/?batch={seeded.batch_id}", f"/batches/{seeded.batch_id}"):
+        page.goto(live_server + path)
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280, path
+        text = page.inner_text("main")
+        assert "report[U+202E]fdp-" in text and "\u202e" not in text, path
+    page.goto(f"{live_server}/videos/{video_id}")
+    page.screenshot(path=str(screenshots / "long-hostile-name.png"))
+    page.close()
