@@ -18,7 +18,7 @@ from vidlora.results.query import (
 )
 from web.database import get_db
 from web.errors import render_error
-from web.pagination import PAGE_SIZES, Page, page_number, page_size
+from web.pagination import PAGE_SIZES, Page, last_page_at_most, page_number, page_size
 from web.query import bp
 from web.query.downloads import download
 
@@ -31,12 +31,13 @@ def index():
         filters = parse_filters(request.args)
         stmt = result_query(session, filters)
     except FilterError as exc:
-        error, filters, stmt = str(exc), ResultFilters(), None
+        error, filters, stmt = str(exc), as_typed(), None
     size = page_size(current_app.config["PAGE_SIZE"])
     number = page_number()
     rows, total, facet_list = [], 0, []
     if stmt is not None:
         total = count(session, stmt)
+        number = last_page_at_most(number, size, total)
         rows = session.execute(stmt.offset((number - 1) * size).limit(size)).all()
         facet_list = facets(session, filters)
     batches = session.scalars(select(Batch).order_by(Batch.id.desc()).limit(200)).all()
@@ -47,6 +48,18 @@ def index():
         review_states=values(ReviewState), facets=facet_list, fields=fields,
         has_items=any(f.array for f in fields), sort_labels=SORT_LABELS, page_sizes=PAGE_SIZES, per_page=size,
     ), (400 if error else 200)
+
+
+def as_typed() -> ResultFilters:
+    """The filter form as the reader sent it, unchecked: after an error the form keeps what
+    they typed (to correct it), not "all"."""
+    args = request.args
+    batch = args.get("batch", "")
+    return ResultFilters(
+        scenario=args.get("scenario", ""), review_state=args.get("review_state", ""), status=args.get("status", ""),
+        batch=int(batch) if batch.isdigit() else None, date_from=args.get("date_from") or None,  # type: ignore[arg-type]
+        date_to=args.get("date_to") or None, q=args.get("q", ""),  # type: ignore[arg-type]
+        where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""))
 
 
 @bp.get("/export.csv")
