@@ -115,7 +115,10 @@ class Settings(BaseSettings):
     heartbeat_s: float = 15.0
     # -- metrics (vidlora.metrics) -----------------------------------------------------------
     metrics_port: int = 0  # a worker serves its Prometheus metrics here (0: off)
-    metrics_token: str = ""  # when set, the web app's /metrics wants "Authorization: Bearer <it>"
+    metrics_token: str = ""  # the web app's /metrics wants "Authorization: Bearer <it>"
+    # /metrics shows scenario names, counts and worker states: without a token it answers
+    # only when the operator says it may be public (e.g. reachable only by their Prometheus).
+    metrics_public: bool = False
     # An adapter whose outputs stay degenerate after the whole recovery ladder this many
     # times is quarantined: its analyses fail at once instead of burning GPU time.
     guard_quarantine_after: int = 2
