@@ -197,3 +197,13 @@ def test_one_address_trying_many_names_is_slowed(app, database):
         assert login(client, f"someone-{i}", "guess").status_code == 401
     assert login(client, "someone-else", "guess").status_code == 429
     assert login(_from(app, _address()), "someone-else", "guess").status_code == 401  # not elsewhere
+
+
+def test_a_cross_site_post_does_not_sign_the_victim_out(app, reviewer):
+    """Issue 32: the CSRF 403 page set a fresh session cookie, replacing the victim's."""
+    victim = app.test_client()
+    assert login(victim, reviewer).status_code == 302
+    # What a hostile page's form sends: no CSRF token, and (SameSite=Lax) no session cookie.
+    forged = app.test_client().post("/auth/logout", data={})
+    assert forged.status_code == 403 and "Set-Cookie" not in forged.headers
+    assert victim.get("/batches/").status_code == 200
