@@ -227,7 +227,10 @@ def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
 
     made = factory.batch()
     with session_scope() as session:  # what the GPU worker records: the path it loaded
-        session.get(Result, made.result_ids["artifact_identification"]).model = os.environ["VIDLORA_MODEL"]
+        result = session.get(Result, made.result_ids["artifact_identification"])
+        result.model = os.environ["VIDLORA_MODEL"]
+        # issue 32: vLLM's served model name is the path too, and rode along in engine_versions
+        result.analysis.engine = {"versions": {"vllm": "0.32"}, "served_model_name": os.environ["VIDLORA_MODEL"]}
     scenarios = client.get("/api/v1/scenarios", headers=auth).json["scenarios"]
     adapter_root = os.environ["VIDLORA_ADAPTER_ROOT"]
     assert all("adapter_path" not in s for s in scenarios)
@@ -235,6 +238,9 @@ def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
     body = client.get(f"/api/v1/results?batch={made.batch_id}", headers=auth)
     assert adapter_root not in body.get_data(as_text=True) and os.environ["VIDLORA_MODEL"] not in body.get_data(as_text=True)
     assert body.json["results"][0]["model"] == "base"  # the model's name
+    assert body.json["results"][0]["engine_versions"]["served_model_name"] == "base"
+    export = client.get(f"/api/v1/results/export.jsonl?batch={made.batch_id}", headers=auth).get_data(as_text=True)
+    assert os.environ["VIDLORA_MODEL"] not in export
 
 
 # -- the API contract holds at its edges (issue 19) ------------------------------------------

@@ -49,9 +49,10 @@ def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:
     versions = dict(engine.get("versions") or {})
     if not versions and not engine:
         return None
-    for key in ("model_config_sha256", "served_model_name"):
-        if engine.get(key):
-            versions[key] = engine[key]
+    if engine.get("model_config_sha256"):
+        versions["model_config_sha256"] = engine["model_config_sha256"]
+    if engine.get("served_model_name"):
+        versions["served_model_name"] = shown_name(engine["served_model_name"])  # never a server path
     return {k: v for k, v in versions.items() if v is not None}
 
 
