@@ -56,7 +56,19 @@ def outcome_text(counts: Counter, files_rejected: int) -> str:
 
 
 def problem_count(counts: Counter, files_rejected: int) -> int:
-    return counts.get(AnalysisStatus.FAILED, 0) + counts.get(AnalysisStatus.REJECTED, 0) + files_rejected
+    """Analyses that failed or could not run, and files refused; a batch that came to no
+    analysis at all (a zip of no videos) is a problem too, never a quiet "finished"."""
+    problems = counts.get(AnalysisStatus.FAILED, 0) + counts.get(AnalysisStatus.REJECTED, 0) + files_rejected
+    return problems or (0 if sum(counts.values()) else 1)
+
+
+def batch_state(status: str, finished: bool, problems: int) -> str:
+    """A batch's state in the words the pages, the API (``state``) and the CLI all use."""
+    if finished:
+        return "finished with problems" if problems else "finished"
+    if status == BatchStatus.INGESTING:
+        return "receiving files"
+    return "analysing"
 
 
 @dataclass
@@ -98,9 +110,13 @@ class BatchView:
     def problems(self) -> int:
         return problem_count(self.analysis_counts, len(self.rejected))
 
+    @property
+    def state(self) -> str:
+        return batch_state(self.status, self.finished, self.problems)
+
     def as_dict(self) -> dict:
         return {
-            "id": self.id, "name": self.name, "status": self.status, "reason": self.reason,
+            "id": self.id, "name": self.name, "status": self.status, "state": self.state, "reason": self.reason,
             "scenarios": self.scenarios, "titles": self.titles, "finished": self.finished,
             "counts": dict(self.analysis_counts),
             "outcome": self.outcome, "problems": self.problems,

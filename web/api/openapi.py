@@ -84,6 +84,8 @@ SCHEMAS: dict[str, Any] = {
         "reason": {"type": "string", "nullable": True}, "attempts": {"type": "integer"}}},
     "BatchStatus": {"type": "object", "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string"},
+        "state": {"type": "string", "enum": ["receiving files", "analysing", "finished", "finished with problems"],
+                  "description": "Where the batch stands, in words"},
         "reason": {"type": "string", "nullable": True}, "scenarios": {"type": "array", "items": {"type": "string"}},
         "finished": {"type": "boolean"}, "uploads_pending": {"type": "integer"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},

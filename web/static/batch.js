@@ -56,8 +56,8 @@
     document.getElementById("batch-counts").textContent = data.outcome;
     var state = document.getElementById("batch-state");
     state.dataset.status = data.finished ? "finished" : data.status;
-    state.textContent = data.finished ? (data.problems ? "Finished with problems" : "Finished")
-      : (data.status === "ingesting" ? "Receiving and checking files…" : "Analysing…");
+    // The server's words (vidlora.status.batch_state), as the first render shows them.
+    state.textContent = data.state.charAt(0).toUpperCase() + data.state.slice(1) + (data.finished ? "" : "…");
     var members = document.getElementById("member-list");
     members.textContent = "";
     data.rejected.forEach(function (m) {
