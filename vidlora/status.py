@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from vidlora.reasons import in_words, member_name
 from vidlora.lifecycle import FINAL_ANALYSIS, AnalysisStatus, BatchStatus, FrameSetStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video
 
@@ -126,8 +127,9 @@ class BatchView:
                  "analyses": [a.__dict__ for a in vv.analyses]}
                 for vv in self.videos
             ],
-            "rejected": [{"name": n, "reason": r} for n, r in self.rejected],
-            "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+            # "label" and "words": the name and the reason as the page shows them
+            "rejected": [{"name": n, "reason": r, "label": member_name(n), "words": in_words(r)} for n, r in self.rejected],
+            "skipped": [{"name": n, "reason": r, "label": member_name(n), "words": in_words(r)} for n, r in self.skipped],
         }
 
 

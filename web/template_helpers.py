@@ -14,6 +14,7 @@ from vidlora.models import as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 from vidlora.status import stream_words
+from vidlora.reasons import in_words, member_name
 from vidlora.visible import PATTERN as INVISIBLE_PATTERN, visible
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
@@ -181,6 +182,7 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
         answer_line=answer_line, shown_name=shown_name, field_label=field_label, visible=visible,
+        reason_words=in_words, member_name=member_name,
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},
     )
     app.jinja_env.globals.update(

@@ -61,10 +61,10 @@
     var members = document.getElementById("member-list");
     members.textContent = "";
     data.rejected.forEach(function (m) {
-      members.appendChild(V.el("li", {"data-status": "rejected"}, [V.el("strong", {text: m.name}), document.createTextNode(" — rejected: " + m.reason)]));
+      members.appendChild(V.el("li", {"data-status": "rejected"}, [V.el("strong", {text: m.label}), document.createTextNode(" — not analysed: " + m.words)]));
     });
     data.skipped.forEach(function (m) {
-      members.appendChild(V.el("li", {"data-status": "skipped"}, [V.el("strong", {text: m.name}), document.createTextNode(" — skipped: " + m.reason)]));
+      members.appendChild(V.el("li", {"data-status": "skipped"}, [V.el("strong", {text: m.label}), document.createTextNode(" — left out: " + m.words)]));
     });
     document.getElementById("not-analysed").hidden = !(data.rejected.length || data.skipped.length);
     root.dataset.finished = data.finished ? "true" : "false";
