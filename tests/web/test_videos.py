@@ -159,3 +159,19 @@ def test_the_video_pages_verdict_buttons_carry_the_version(logged_in_client, fac
     again = logged_in_client.post(f"/review/results/{rid}", data={
         "csrf_token": logged_in_client.csrf, "version": version, "action": "reject"})  # the page from before
     assert again.status_code == 409
+
+
+def test_a_structured_answer_shows_as_labelled_fields_on_the_video_page(logged_in_client, database):
+    """Issue 32: the video page showed raw JSON answers."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9}]}])
+    with session_scope() as session:
+        from vidlora.models import Analysis
+        video_id = session.get(Analysis, seeded.analysis_ids[0]).video_id
+    html = logged_in_client.get(f"/videos/{video_id}").get_data(as_text=True)
+    import re
+
+    answer = re.sub(r"\s+", " ", html.split('data-testid="result-answer">')[1].split("</div>")[0])
+    assert "<dt>material</dt>" in answer and 'data-field="material"> bronze' in answer
+    assert "<summary>As JSON</summary>" in html
