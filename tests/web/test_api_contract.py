@@ -11,6 +11,8 @@ hypothesis inside its test: schemathesis' fixture-based loading does not work wi
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -38,7 +40,18 @@ def token(database, reviewer, factory) -> str:
 
 @pytest.fixture(scope="module")
 def api_schema(app, token):
-    return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
+    addresses = itertools.count(1)  # not random: hypothesis seeds random, every call got one address
+
+    def from_many_addresses(environ, start_response):
+        # The fuzzer sends hundreds of wrong Basic credentials (its invalid-auth check): from one
+        # address the sign-in throttle would rightly answer 429 after a while. Each request
+        # comes from an address of its own here, so every operation's own contract is what is
+        # checked; the throttle has its tests (test_auth.py).
+        n = next(addresses)
+        environ["REMOTE_ADDR"] = f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+        return app(environ, start_response)
+
+    return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", from_many_addresses)
 
 
 @pytest.mark.parametrize("method, path, mode", CASES)
