@@ -19,8 +19,8 @@ def wait_and_show(batch_id: int, timeout: float) -> int:
 
 def print_batch(view) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(view.analysis_counts.items())) or "none yet"
-    click.echo(f"batch {view.id} '{view.name}' [{view.status}] scenarios: {', '.join(view.scenarios)}")
-    click.echo(f"  analyses: {counts}{'  (finished)' if view.finished else ''}")
+    click.echo(f"batch {view.id} '{view.name}' [{view.state}] scenarios: {', '.join(view.scenarios)}")
+    click.echo(f"  analyses: {counts}; {view.outcome}")
     if view.reason:
         click.echo(f"  note: {view.reason}")
     for video in view.videos:

@@ -37,13 +37,19 @@ def run(loglevel: str = "INFO") -> int:
         active = session.execute(select(Scenario.name, Scenario.adapter_path, Scenario.sampling, Scenario.generation)
                                  .where(Scenario.active)).all()
     adapters = {n: path for n, path, *_ in active if path}
-    registry.upsert(name, queue, status=WorkerStatus.STARTING)
-    host = EngineHost(settings)
-    host.start()
-    # Every scenario's adapter through the one registration path, on this device, before
-    # the first batch: a refused one is shown unavailable and its analyses fail with why.
-    for scenario, path in sorted(adapters.items()):
-        host.register_adapter(scenario, path)
+    # Building the engine and registering the adapters takes minutes with a large model: the
+    # row keeps beating "starting" meanwhile, so no one sees a red "stale" for a worker coming up.
+    starting = registry.Heartbeat(name, queue, lambda: {"status": WorkerStatus.STARTING}, settings.heartbeat_s)
+    starting.start()
+    try:
+        host = EngineHost(settings)
+        host.start()
+        # Every scenario's adapter through the one registration path, on this device, before
+        # the first batch: a refused one is shown unavailable and its analyses fail with why.
+        for scenario, path in sorted(adapters.items()):
+            host.register_adapter(scenario, path)
+    finally:
+        starting.stop(mark=False)
     with session_scope() as session:
         record_registrations(session, host.registrations())
     runtime.install(host, name)

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
+from vidlora.ingest.kinds import numbered
 from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
 from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus, BatchStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
@@ -85,21 +86,24 @@ def record_member(
 
     Idempotent: a redelivered ingest task records each member once, and a video already
     known by its content hash is reused, not duplicated. Returns (video_id, needs_prepare).
+    Two uploads of one name with different contents are both kept, the second renamed.
     """
-    item = session.scalar(select(BatchItem).where(BatchItem.batch_id == batch_id, BatchItem.name == name))
-    video: Video | None = None
-    if stored is not None:
-        video = session.scalar(select(Video).where(Video.sha256 == stored.sha256))
-        if video is None:
-            video = Video(
-                sha256=stored.sha256,
-                path=stored.path.relative_to(media_root).as_posix(),
-                original_name=Path(name).name[:1024],
-                size_bytes=stored.size,
-            )
-            session.add(video)
-            session.flush()
+    requested = name
+    video = session.scalar(select(Video).where(Video.sha256 == stored.sha256)) if stored is not None else None
+    item, name = _item_for(session, batch_id, name, stored is not None, video.id if video else None)
+    if stored is not None and video is None:
+        video = Video(
+            sha256=stored.sha256,
+            path=stored.path.relative_to(media_root).as_posix(),
+            original_name=Path(name).name[:1024],
+            size_bytes=stored.size,
+        )
+        session.add(video)
+        session.flush()
     if item is None:
+        if name != requested:
+            note = f"renamed: another file of this batch is also named {requested}"
+            reason = note if reason is None else f"{reason}; {note}"
         item = BatchItem(batch_id=batch_id, name=name[:1024], status=status, reason=reason)
         item.video_id = video.id if video else None
         session.add(item)
@@ -111,6 +115,20 @@ def record_member(
     created = ensure_analyses(session, video, batch)
     needs_prepare = video.status in UNPROBED_VIDEO or created > 0
     return video.id, needs_prepare
+
+
+def _item_for(session: Session, batch_id: int, name: str, stored: bool,
+              video_id: int | None) -> tuple[BatchItem | None, str]:
+    """The item this member already has (a redelivery), or None and the name to record it by:
+    its own, or its first free numbered form when another member of the batch has that name."""
+    for n in range(1, 10_000):
+        candidate = name if n == 1 else numbered(name, n)
+        item = session.scalar(select(BatchItem).where(BatchItem.batch_id == batch_id, BatchItem.name == candidate))
+        if item is None:
+            return None, candidate
+        if (item.video_id is None and not stored) or (video_id is not None and item.video_id == video_id):
+            return item, candidate  # this member, recorded before (or a refusal of the same name)
+    raise ValueError(f"too many files named {name} in batch {batch_id}")
 
 
 def ensure_analyses(session: Session, video: Video, batch: Batch) -> int:

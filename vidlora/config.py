@@ -119,7 +119,10 @@ class Settings(BaseSettings):
     heartbeat_s: float = 15.0
     # -- metrics (vidlora.metrics) -----------------------------------------------------------
     metrics_port: int = 0  # a worker serves its Prometheus metrics here (0: off)
-    metrics_token: str = ""  # when set, the web app's /metrics wants "Authorization: Bearer <it>"
+    metrics_token: str = ""  # the web app's /metrics wants "Authorization: Bearer <it>"
+    # /metrics shows scenario names, counts and worker states: without a token it answers
+    # only when the operator says it may be public (e.g. reachable only by their Prometheus).
+    metrics_public: bool = False
     # An adapter whose outputs stay degenerate after the whole recovery ladder this many
     # times is quarantined: its analyses fail at once instead of burning GPU time.
     guard_quarantine_after: int = 2
@@ -138,6 +141,10 @@ class Settings(BaseSettings):
     # Behind HTTPS (a TLS-terminating proxy): browsers then send the session cookies only
     # over HTTPS, so a plain-HTTP request can never leak them.
     session_cookie_secure: bool = False
+    # Reverse proxies in front of the web app that append to X-Forwarded-For (a TLS proxy: 1).
+    # The sign-in throttle counts per client address; with 0 it trusts no such header (anyone
+    # could forge it) and every client behind a proxy would share the proxy's address.
+    proxy_hops: int = 0
     web_host: str = "127.0.0.1"
     web_port: int = 8000
 

@@ -304,6 +304,9 @@ class Result(Base):
     # adapter version on (vidlora.feedback.gold); set when marked, by whom.
     gold_at: Mapped[datetime | None] = mapped_column(Timestamp)
     gold_by: Mapped[int | None] = mapped_column(ForeignKey("app_user.id", ondelete="SET NULL"))
+    # Moved on by every review action (web.review.actions): a reviewer's save, approve or
+    # reject names the version it was made against, and a stale one is refused, not applied.
+    review_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")
@@ -340,6 +343,7 @@ class Review(Base):
     action: Mapped[str] = mapped_column(String(16))
     text: Mapped[str | None] = mapped_column(Text)  # the edited text, for "edit"
     note: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int | None] = mapped_column(Integer)  # the result's review version it made
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     result: Mapped[Result] = relationship(back_populates="reviews")
@@ -358,10 +362,6 @@ class User(Base):
     # Part of every signed session cookie: replaced at sign-out and on a password change, so
     # a copied cookie dies with them (cookies are signed, not stored, so nothing else could).
     session_token: Mapped[str] = mapped_column(String(64), default=lambda: secrets.token_hex(16))
-    # Wrong passwords in a row (sign-in form and HTTP Basic alike) and until when the next try
-    # must wait: the wait doubles with each failure past the allowance.
-    failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    locked_until: Mapped[datetime | None] = mapped_column(Timestamp)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from vidlora.reasons import in_words, member_name
 from vidlora.lifecycle import FINAL_ANALYSIS, AnalysisStatus, BatchStatus, FrameSetStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video
 
@@ -56,7 +57,19 @@ def outcome_text(counts: Counter, files_rejected: int) -> str:
 
 
 def problem_count(counts: Counter, files_rejected: int) -> int:
-    return counts.get(AnalysisStatus.FAILED, 0) + counts.get(AnalysisStatus.REJECTED, 0) + files_rejected
+    """Analyses that failed or could not run, and files refused; a batch that came to no
+    analysis at all (a zip of no videos) is a problem too, never a quiet "finished"."""
+    problems = counts.get(AnalysisStatus.FAILED, 0) + counts.get(AnalysisStatus.REJECTED, 0) + files_rejected
+    return problems or (0 if sum(counts.values()) else 1)
+
+
+def batch_state(status: str, finished: bool, problems: int) -> str:
+    """A batch's state in the words the pages, the API (``state``) and the CLI all use."""
+    if finished:
+        return "finished with problems" if problems else "finished"
+    if status == BatchStatus.INGESTING:
+        return "receiving files"
+    return "analysing"
 
 
 @dataclass
@@ -98,9 +111,13 @@ class BatchView:
     def problems(self) -> int:
         return problem_count(self.analysis_counts, len(self.rejected))
 
+    @property
+    def state(self) -> str:
+        return batch_state(self.status, self.finished, self.problems)
+
     def as_dict(self) -> dict:
         return {
-            "id": self.id, "name": self.name, "status": self.status, "reason": self.reason,
+            "id": self.id, "name": self.name, "status": self.status, "state": self.state, "reason": self.reason,
             "scenarios": self.scenarios, "titles": self.titles, "finished": self.finished,
             "counts": dict(self.analysis_counts),
             "outcome": self.outcome, "problems": self.problems,
@@ -110,8 +127,9 @@ class BatchView:
                  "analyses": [a.__dict__ for a in vv.analyses]}
                 for vv in self.videos
             ],
-            "rejected": [{"name": n, "reason": r} for n, r in self.rejected],
-            "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+            # "label" and "words": the name and the reason as the page shows them
+            "rejected": [{"name": n, "reason": r, "label": member_name(n), "words": in_words(r)} for n, r in self.rejected],
+            "skipped": [{"name": n, "reason": r, "label": member_name(n), "words": in_words(r)} for n, r in self.skipped],
         }
 
 

@@ -86,6 +86,11 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
         app.config.from_mapping(test_config)
     app.config["SECRET_KEY"] = _secret_key(app, dev)
     app.url_map.converters["id"] = RowId
+    if settings.proxy_hops > 0:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        # Only the hops the operator named: the client address the sign-in throttle counts.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.proxy_hops, x_proto=settings.proxy_hops)
 
     from web import database, errors, security, template_helpers
     from web.extensions import csrf, login_manager
@@ -117,7 +122,8 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
 
 def _metrics():
     """Prometheus scrape of the state, read from PostgreSQL and Redis now (the workers serve
-    their event metrics themselves). Behind VIDLORA_METRICS_TOKEN when it is set."""
+    their event metrics themselves). Behind VIDLORA_METRICS_TOKEN, or open with
+    VIDLORA_METRICS_PUBLIC=true; closed by default."""
     import hmac
 
     from flask import Response, abort, request
@@ -133,6 +139,9 @@ def _metrics():
         sent = request.authorization.token if request.authorization and request.authorization.type == "bearer" else ""
         if not hmac.compare_digest((sent or "").encode(), settings.metrics_token.encode()):
             abort(401, "This endpoint wants the metrics token (Authorization: Bearer).")
+    elif not settings.metrics_public:
+        abort(403, "Metrics are closed: set VIDLORA_METRICS_TOKEN (and scrape with it), or "
+                   "VIDLORA_METRICS_PUBLIC=true where only your Prometheus can reach this address.")
     redis_client = None
     if settings.broker_url.startswith("redis"):
         import redis

@@ -95,7 +95,7 @@ def user_activate(username: str) -> None:
 @user_group.command("reset")
 @click.argument("username")
 def user_reset(username: str) -> None:
-    """Give a user a new random password (printed once) and end their sessions."""
+    """Give a user a new random password (printed once); their sessions and API tokens end."""
     from web.auth.users import reset_password
 
     click.echo(_accounts(lambda s: reset_password(s, username)))
@@ -116,17 +116,17 @@ def user_role(username: str, role: str) -> None:
 @click.argument("username")
 @click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
 def user_set_password(username: str, password_stdin: bool) -> None:
-    """Give an existing user a new password."""
+    """Give an existing user a new password (their sessions and API tokens end)."""
     from vidlora.db import session_scope
     from web.auth.users import UserError, set_password
 
     password = _read_password(password_stdin)
     try:
         with session_scope() as session:
-            set_password(session, username, password)
+            revoked = set_password(session, username, password)
     except UserError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"password of {username} changed")
+    click.echo(f"password of {username} changed; signed out everywhere, {revoked} API token(s) revoked")
 
 
 @click.group("token")

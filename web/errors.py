@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, jsonify, render_template, request
+from flask import Flask, jsonify, render_template, request, session
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
@@ -14,7 +14,10 @@ MESSAGES = {
     403: ("Not allowed", "Your account may not do that."),
     404: ("Not found", "There is nothing here. It may have been removed, or the link is wrong."),
     405: ("Not allowed", "That page cannot be used this way."),
+    409: ("Changed since you read it", "Someone else changed this since you loaded it. Reload and try again."),
     413: ("Upload too large", ""),
+    415: ("Unsupported content type", "Send the body in the content type the API document names."),
+    428: ("Say which version you read", "Send If-Match with the ETag of what you read."),
     500: ("Something went wrong on our side", "The error has been logged. Please try again in a moment."),
 }
 
@@ -46,9 +49,14 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(CSRFError)
     def csrf_error(exc: CSRFError):
-        # 403: the request is understood and refused (what the API documents).
-        return render(403, "This form has expired or was not sent from this site. "
-                           "Reload the page and try again.")
+        # 403: the request is understood and refused (what the API documents). A cross-site
+        # post arrives without the session cookie (SameSite=Lax); the page's own CSRF meta tag
+        # would start a fresh session, and its cookie would replace the victim's: signed out
+        # by someone else's page. So this answer never sets a cookie.
+        response = render(403, "This form has expired or was not sent from this site. "
+                               "Reload the page and try again.")
+        session.modified = False
+        return response
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(exc: RequestEntityTooLarge):

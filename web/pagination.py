@@ -18,6 +18,12 @@ def page_number(arg: str = "page") -> int:
         return 1
 
 
+def last_page_at_most(number: int, size: int, total: int) -> int:
+    """A page past the end shows the last page ("9951-10040 of 10040"), not an empty one
+    numbered past the total."""
+    return max(1, min(number, -(-total // size)))
+
+
 def page_size(default: int, arg: str = "per_page") -> int:
     """The reader's page size when it is one offered, else the default."""
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,6 +14,9 @@ from vidlora.models import as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 from vidlora.status import stream_words
+from vidlora.reasons import in_words, member_name
+from vidlora.results.fields import in_schema_order
+from vidlora.visible import PATTERN as INVISIBLE_PATTERN, visible
 
 # What people see for each analysis status; the raw status stays in data-status attributes.
 STATUS_LABELS = {
@@ -96,15 +100,19 @@ def timestamp(seconds: float | None) -> str:
 
 
 def answer_line(value: Any, schema: dict[str, Any] | None = None) -> str:
-    """A structured answer in one line for lists: "finds: vessel, bronze, intact, han, 0.8 /
-    coin, jade, ..." (values in the schema's order; the page has the field names)."""
+    """A structured answer in one line for lists, every value with its field's name: "finds:
+    1. material bronze, period han, confidence 0.8 / 2. material jade, ..." (schema order)."""
     from vidlora.results.fields import in_schema_order
 
     def text(node: Any) -> str:
         if isinstance(node, dict):
-            return ", ".join(t for t in (text(v) for v in node.values()) if t)
+            return ", ".join(f"{k.replace('_', ' ')} {t}" for k, t in ((k, text(v)) for k, v in node.items()) if t)
         if isinstance(node, list):
-            return " / ".join(text(v) for v in node) if node else "none"
+            if not node:
+                return "none"
+            if any(isinstance(v, dict) for v in node):
+                return " / ".join(f"{i}. {text(v)}" for i, v in enumerate(node, 1))
+            return ", ".join(text(v) for v in node)
         if isinstance(node, bool):
             return "yes" if node else "no"
         return "" if node is None else str(node)
@@ -158,14 +166,33 @@ def health_summary(health: dict[str, Any] | None) -> tuple[str, str]:
     return flag.value, flag.kind
 
 
+_ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
+
+
+def field_label(path: str) -> str:
+    """A field path as the edit form names it: "finds[0].material" -> "Find 1 · material"."""
+    words = []
+    for part in path.split("."):
+        item = _ITEM.match(part)
+        if item:
+            name = item.group(1).replace("_", " ")
+            name = name[:-1] if name.endswith("s") and len(name) > 1 else name
+            words.append(f"{name.capitalize()} {int(item.group(2)) + 1}")
+        else:
+            words.append(part.replace("_", " "))
+    return " · ".join(words)
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
         human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
-        answer_line=answer_line, shown_name=shown_name,
+        answer_line=answer_line, shown_name=shown_name, field_label=field_label, visible=visible,
+        reason_words=in_words, member_name=member_name, in_schema_order=in_schema_order,
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},
     )
     app.jinja_env.globals.update(
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, VOCABULARY=VOCABULARY, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
         canary_summary=canary_summary, describe_sampling=describe_sampling, stream_words=stream_words,
+        INVISIBLE_PATTERN=INVISIBLE_PATTERN,
     )

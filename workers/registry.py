@@ -63,6 +63,9 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             self.beat()
 
-    def stop(self) -> None:
+    def stop(self, mark: bool = True) -> None:
+        """Stop beating; ``mark``: the worker is going away (not only changing what it says)."""
         self._stop.set()
-        mark_stopped(self.name)
+        self._thread.join(timeout=self.interval_s + 5)
+        if mark:
+            mark_stopped(self.name)

@@ -20,3 +20,13 @@ def csrf_token(client, path: str = "/upload/") -> str:
 def login(client, username: str, password: str = PASSWORD):
     token = csrf_token(client, "/auth/login")
     return client.post("/auth/login", data={"username": username, "password": password, "csrf_token": token})
+
+
+_VERSION = re.compile(r'<input type="hidden" name="version" value="(\d+)"')
+
+
+def review_version(client, result_id: int) -> str:
+    """The review version a result's page carries in its form (what the reviewer's post sends)."""
+    match = _VERSION.search(client.get(f"/review/results/{result_id}").get_data(as_text=True))
+    assert match, f"no review version on result {result_id}'s page"
+    return match.group(1)

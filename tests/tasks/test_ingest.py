@@ -110,3 +110,34 @@ def test_two_uploads_finishing_at_once_finish_their_batch(database):
     assert not errors, errors
     with session_scope() as session:
         assert session.get(Batch, batch_id).status == "ingested"
+
+
+def test_members_of_one_name_are_all_kept_renamed_and_said_so(database, broker, clips):
+    """Issue 32: two different files named same.mp4 in a zip gave "1 done, of 1": the other was
+    gone without a reason. So were two uploads of one name in a batch."""
+    import warnings
+
+    settings = get_settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile warns about the duplicate name: the point
+        data = _zip([("dig/same.mp4", clips[0].read_bytes()), ("dig/same.mp4", clips[1].read_bytes())])
+    with session_scope() as session:
+        batch = create_batch(session, "same-names", "web", SCENARIOS)
+        archive = park_stream(session, settings, batch, "dig.zip", io.BytesIO(data), 1 << 30)
+        first = park_stream(session, settings, batch, "same.mp4", io.BytesIO(clips[2].read_bytes()), 1 << 30)
+        second = park_stream(session, settings, batch, "same.mp4", io.BytesIO(clips[1].read_bytes()), 1 << 30)
+        batch_id, uploads = batch.id, [archive.id, first.id, second.id]
+    for upload_id in uploads:
+        ingest_upload(upload_id)
+    for upload_id in uploads:
+        ingest_upload(upload_id)  # redelivered: nothing recorded twice, nothing renamed again
+
+    with session_scope() as session:
+        items = {i.name: i for i in session.scalars(select(BatchItem).where(BatchItem.batch_id == batch_id))}
+        assert sorted(items) == ["dig/same (2).mp4", "dig/same.mp4", "same (2).mp4", "same.mp4"]
+        assert all(i.status == "stored" for i in items.values())
+        assert "renamed" not in (items["dig/same.mp4"].reason or "") and "renamed" not in (items["same.mp4"].reason or "")
+        assert "renamed: another member of the archive is also named dig/same.mp4" in items["dig/same (2).mp4"].reason
+        assert "renamed: another file of this batch is also named same.mp4" in items["same (2).mp4"].reason
+        assert items["same (2).mp4"].video_id == items["dig/same (2).mp4"].video_id  # the same bytes, one video
+        assert len({i.video_id for i in items.values()}) == 3

@@ -63,7 +63,8 @@ def test_a_token_is_shown_once_stored_hashed_and_scoped(app, make_user, factory)
     assert refused.status_code == 403 and "may only read" in refused.json["detail"]
 
     writer = _new_token(client, "review bot", "review")
-    done = api.post(f"/api/v1/results/{rid}/review", json={"action": "approve"}, headers=_bearer(writer))
+    done = api.post(f"/api/v1/results/{rid}/review", json={"action": "approve"},
+                    headers={**_bearer(writer), "If-Match": '"v0"'})
     assert done.status_code == 200 and done.json["review_state"] == "approved"  # no CSRF token needed
     with session_scope() as session:
         assert session.scalar(select(ApiToken.last_used_at).where(ApiToken.prefix == writer[3:11])) is not None
@@ -191,3 +192,50 @@ def test_tokens_work_on_the_embedded_sqlite_database(tmp_path):
         assert token_user(session, new.token) is not None
         revoke_token(session, new.id)
         assert token_user(session, new.token) is None
+
+
+def test_a_token_dies_with_its_owners_password(app, make_user):
+    """Issue 32: a token minted from a stolen session outlived a password change and an admin's
+    reset (page and `vidlora user reset`); now each of them revokes the account's tokens."""
+    from click.testing import CliRunner
+
+    from web.cli import user_group
+
+    name = make_user()
+    admin = _signed_in(app, make_user("admin"))
+    api = app.test_client()
+    resets = {
+        "page": lambda: admin.post(f"/accounts/users/{_user_id(name)}", data={"csrf_token": admin.csrf, "action": "reset"}),
+        "cli reset": lambda: CliRunner().invoke(user_group, ["reset", name]),
+        "cli set-password": lambda: CliRunner().invoke(user_group, ["set-password", name, "--password-stdin"],
+                                                       input=PASSWORD + "\n"),
+    }
+    from web.auth.users import set_password
+
+    for how, reset in resets.items():
+        with session_scope() as session:  # a reset before left a random password: sign in with a known one
+            set_password(session, name, PASSWORD)
+        token = _new_token(_signed_in(app, name), "stolen", "review")
+        assert api.get("/api/v1/results", headers=_bearer(token)).status_code == 200
+        done = reset()
+        assert getattr(done, "exit_code", 0) == 0 and getattr(done, "status_code", 200) == 200, how
+        assert api.get("/api/v1/results", headers=_bearer(token)).status_code == 401, how
+        if how == "page":
+            assert "API tokens were revoked" in done.get_data(as_text=True)  # the admin is told
+        elif how == "cli set-password":
+            assert "1 API token(s) revoked" in done.output
+
+
+def test_a_username_cannot_hide_what_it_is(app, make_user):
+    """Issue 32: a user named with U+202E impersonated "admin"; a zero-width space made a twin."""
+    from vidlora.models import User
+    from web.auth.users import UserError, create_user
+
+    for name in ("\u202enimda", "ad\u200bmin", "ad\u00a0min", "x\ty"):
+        with pytest.raises(UserError, match="invisible, control or direction-changing"):
+            with session_scope() as session:
+                create_user(session, name, PASSWORD)
+    with session_scope() as session:  # one made before this rule: shown for what it is
+        session.add(User(username=f"\u202enimda-{uuid.uuid4().hex[:4]}", password_hash="x", role="reviewer"))
+    page = _signed_in(app, make_user("admin")).get("/accounts/users").get_data(as_text=True)
+    assert "[U+202E]nimda-" in page and "<td class=\"wrap\">\u202e" not in page

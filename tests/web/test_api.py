@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import io
 import json
 import re
@@ -132,27 +133,30 @@ def test_results_search(client, auth, factory):
 
 def test_result_and_review(client, auth, factory):
     rid = factory.batch().result_ids["artifact_identification"]
-    assert client.get(f"/api/v1/results/{rid}", headers=auth).json["reviews"] == []
-    response = client.post(f"/api/v1/results/{rid}/review", headers=auth,
+    read = client.get(f"/api/v1/results/{rid}", headers=auth)
+    assert read.json["reviews"] == [] and read.headers["ETag"] == '"v0"'
+    response = client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": read.headers["ETag"]},
                            json={"action": "edit", "text": "A bronze fibula.", "note": "shorter"})
     assert response.status_code == 200, response.json
     body = response.json
     assert body["review_state"] == "edited" and body["final_text"] == "A bronze fibula."
     assert body["text"] == "A bronze fibula with incised decoration."
     assert [(r["action"], r["user"], r["note"]) for r in body["reviews"]] == [("edit", "reviewer", "shorter")]
-    assert client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"}).json[
-        "review_state"] == "approved"
+    assert response.headers["ETag"] == '"v1"' and body["review_version"] == 1
+    assert client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": '"v1"'},
+                       json={"action": "approve"}).json["review_state"] == "approved"
     with session_scope() as session:
         assert session.get(Result, rid).edited_text == "A bronze fibula."
 
 
 def test_review_errors(client, auth, factory):
     rid = factory.batch().result_ids["artifact_identification"]
-    post = lambda **kw: client.post(f"/api/v1/results/{rid}/review", headers=auth, **kw)  # noqa: E731
+    post = lambda **kw: client.post(f"/api/v1/results/{rid}/review", **{"headers": auth, **kw})  # noqa: E731
     assert post(json={"action": "destroy"}).status_code == 400
     assert post(json=["approve"]).status_code == 400
     assert post(json={"action": "edit", "text": 42}).status_code == 400
-    assert post(json={"action": "edit"}).status_code == 400
+    assert post(json={"action": "edit"}).status_code == 428  # no If-Match: which version was read?
+    assert post(json={"action": "edit"}, headers={**auth, "If-Match": '"v0"'}).status_code == 400
     assert client.post("/api/v1/results/99999999/review", headers=auth, json={"action": "approve"}).status_code == 404
     assert client.get("/api/v1/results/99999999", headers=auth).status_code == 404
 
@@ -160,8 +164,9 @@ def test_review_errors(client, auth, factory):
 def test_review_with_session_needs_csrf_header(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     url = f"/api/v1/results/{rid}/review"
-    assert logged_in_client.post(url, json={"action": "approve"}).status_code == 403
-    ok = logged_in_client.post(url, json={"action": "approve"}, headers={"X-CSRFToken": logged_in_client.csrf})
+    assert logged_in_client.post(url, json={"action": "approve"}, headers={"If-Match": '"v0"'}).status_code == 403
+    ok = logged_in_client.post(url, json={"action": "approve"},
+                               headers={"X-CSRFToken": logged_in_client.csrf, "If-Match": '"v0"'})
     assert ok.status_code == 200 and ok.json["review_state"] == "approved"
 
 
@@ -202,7 +207,10 @@ def test_a_structured_edit_through_the_api_is_validated(client, auth, database):
 
     answer = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
     rid = seed_structured([answer]).result_ids[0]
-    post = lambda body: client.post(f"/api/v1/results/{rid}/review", headers=auth, json=body)  # noqa: E731
+    def post(body):
+        etag = client.get(f"/api/v1/results/{rid}", headers=auth).headers["ETag"]
+        return client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": etag}, json=body)
+
     bad = post({"action": "edit", "fields": {**answer, "sealed": "yes"}})
     assert bad.status_code == 400 and "sealed: 'yes' is not of type 'boolean'" in bad.json["detail"]
     good = post({"action": "edit", "fields": {**answer, "sealed": False}, "note": "the lid is off"})
@@ -219,7 +227,10 @@ def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
 
     made = factory.batch()
     with session_scope() as session:  # what the GPU worker records: the path it loaded
-        session.get(Result, made.result_ids["artifact_identification"]).model = os.environ["VIDLORA_MODEL"]
+        result = session.get(Result, made.result_ids["artifact_identification"])
+        result.model = os.environ["VIDLORA_MODEL"]
+        # issue 32: vLLM's served model name is the path too, and rode along in engine_versions
+        result.analysis.engine = {"versions": {"vllm": "0.32"}, "served_model_name": os.environ["VIDLORA_MODEL"]}
     scenarios = client.get("/api/v1/scenarios", headers=auth).json["scenarios"]
     adapter_root = os.environ["VIDLORA_ADAPTER_ROOT"]
     assert all("adapter_path" not in s for s in scenarios)
@@ -227,6 +238,9 @@ def test_no_server_path_reaches_an_api_user(client, auth, factory, database):
     body = client.get(f"/api/v1/results?batch={made.batch_id}", headers=auth)
     assert adapter_root not in body.get_data(as_text=True) and os.environ["VIDLORA_MODEL"] not in body.get_data(as_text=True)
     assert body.json["results"][0]["model"] == "base"  # the model's name
+    assert body.json["results"][0]["engine_versions"]["served_model_name"] == "base"
+    export = client.get(f"/api/v1/results/export.jsonl?batch={made.batch_id}", headers=auth).get_data(as_text=True)
+    assert os.environ["VIDLORA_MODEL"] not in export
 
 
 # -- the API contract holds at its edges (issue 19) ------------------------------------------
@@ -251,7 +265,7 @@ def test_timestamps_carry_their_zone(client, auth, factory):
 
     made = factory.batch()
     rid = made.result_ids["artifact_identification"]
-    client.post(f"/api/v1/results/{rid}/review", headers=auth, json={"action": "approve"})
+    client.post(f"/api/v1/results/{rid}/review", headers={**auth, "If-Match": '"v0"'}, json={"action": "approve"})
     batch = client.get("/api/v1/batches", headers=auth).json["batches"][0]
     detail = client.get(f"/api/v1/results/{rid}", headers=auth).json
     for stamp in (batch["created_at"], detail["created_at"], detail["reviews"][0]["created_at"], detail["reviewed_at"]):
@@ -267,3 +281,31 @@ def test_a_session_write_without_csrf_is_403(logged_in_client, factory):
     rid = factory.batch().result_ids["artifact_identification"]
     response = logged_in_client.post(f"/api/v1/results/{rid}/review", json={"action": "approve"})
     assert response.status_code == 403 and response.is_json
+
+
+def test_a_script_exports_with_a_token_the_columns_the_page_gives(app, logged_in_client, reviewer, factory):
+    """Issue 32: /results/export.csv redirected scripts to the sign-in page; the API's export
+    is the page's, streamed, for a read-only token."""
+    from web.auth.tokens import create_token
+    from web.auth.users import get_user
+
+    made = factory.batch({"artifact_identification": "x;=1+1;y"})
+    with session_scope() as session:
+        token = create_token(session, get_user(session, reviewer), "export script", "read").token
+    bearer = {"Authorization": f"Bearer {token}"}
+    client = app.test_client()  # a script: no session cookie
+    for kind in ("csv", "items.csv", "jsonl", "parquet"):
+        by_script = client.get(f"/api/v1/results/export.{kind}?batch={made.batch_id}", headers=bearer)
+        streamed, script_body = by_script.is_streamed, by_script.get_data()  # read before the next request
+        by_page = logged_in_client.get(f"/results/export.{kind}?batch={made.batch_id}")
+        assert by_script.status_code == by_page.status_code == 200, (kind, by_script.status_code)
+        assert by_script.mimetype == by_page.mimetype and "attachment" in by_script.headers["Content-Disposition"]
+        if kind != "parquet":
+            assert streamed and script_body == by_page.get_data()
+    rows = list(csv.DictReader(io.StringIO(client.get(
+        f"/api/v1/results/export.csv?batch={made.batch_id}", headers=bearer).get_data(as_text=True).lstrip("\ufeff"))))
+    assert [r["final_text"] for r in rows] == ["x;'=1+1;y"]
+    refused = client.get("/api/v1/results/export.csv")
+    assert refused.status_code == 401 and refused.is_json
+    bad = client.get("/api/v1/results/export.csv?where=nonsense", headers=bearer)
+    assert bad.status_code == 400 and bad.is_json

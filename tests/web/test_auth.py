@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.support.web import csrf_token, login
@@ -121,30 +123,87 @@ def test_a_password_change_ends_every_session(app, database):
     assert client.get("/batches/").status_code == 302
 
 
-def test_wrong_passwords_make_the_next_try_wait(app, database):
-    from datetime import timedelta
-
-    from vidlora.db import session_scope
-    from vidlora.models import User, utcnow
-    from web.auth.users import FREE_FAILURES
-
-    name = _new_user()
+def _from(app, address: str):
     client = app.test_client()
-    for _ in range(FREE_FAILURES):
+    client.environ_base["REMOTE_ADDR"] = address
+    return client
+
+
+def _address() -> str:
+    import random
+
+    return f"10.{random.randrange(256)}.{random.randrange(256)}.{random.randrange(1, 255)}"
+
+
+def test_wrong_passwords_make_the_next_try_from_that_address_wait(app, database):
+    import base64
+
+    from web.auth.throttle import FREE_PER_ACCOUNT
+
+    name, here = _new_user(), _address()
+    client = _from(app, here)
+    for _ in range(FREE_PER_ACCOUNT):
         assert login(client, name, "guess").status_code == 401
-    refused = login(client, name, "a long password")  # even the right password waits now
+    refused = login(client, name, "a long password")  # even the right password waits, from here
     assert refused.status_code == 429 and b"try again in 1 s" in refused.data
-    api = app.test_client().get("/api/v1/batches", headers={"Authorization": "Basic " + __import__("base64")
-                                .b64encode(f"{name}:a long password".encode()).decode()})
+    basic = "Basic " + base64.b64encode(f"{name}:a long password".encode()).decode()
+    api = _from(app, here).get("/api/v1/batches", headers={"Authorization": basic})
     assert api.status_code == 429 and api.headers["Retry-After"] == "1"
-    with session_scope() as session:  # the wait is over
-        session.query(User).filter(User.username == name).update({"locked_until": utcnow() - timedelta(seconds=1)})
-    assert login(client, name, "guess").status_code == 401  # one more wrong: the wait doubles
+
+
+def test_a_guesser_cannot_lock_the_owner_out(app, database):
+    """Issue 32: one wrong guess every 50 ms for 70 s kept the owner out for 15 minutes."""
+    name, attacker = _new_user(), _from(app, _address())
+    answers = {login(attacker, name, f"guess {i}").status_code for i in range(40)}
+    assert answers == {401, 429}
+    assert login(_from(app, _address()), name, "a long password").status_code == 302  # the owner, elsewhere
+    assert login(attacker, name, "a long password").status_code == 429  # the guesser's address waits
+
+
+def test_a_reset_lifts_the_wait_for_the_account(app, database):
+    from vidlora.db import session_scope
+    from web.auth.users import set_password
+
+    name, here = _new_user(), _address()
+    client = _from(app, here)
+    while login(client, name, "guess").status_code != 429:
+        pass
     with session_scope() as session:
-        user = session.query(User).filter(User.username == name).one()
-        assert user.failed_logins == FREE_FAILURES + 1
-        assert 1.5 < (user.locked_until - utcnow()).total_seconds() <= 2
-        user.locked_until = utcnow() - timedelta(seconds=1)
-    assert login(client, name, "a long password").status_code == 302
-    with session_scope() as session:
-        assert session.query(User.failed_logins).filter(User.username == name).scalar() == 0
+        set_password(session, name, "a new long password")
+    assert login(client, name, "a new long password").status_code == 302
+
+
+def test_a_429_tells_nothing_about_which_names_exist(app, database):
+    """Issue 32: a real account answered 429 after 5 failures, an unknown name 401 forever."""
+    def answers(name: str) -> list[tuple[int, bytes]]:
+        client = _from(app, _address())
+        out = []
+        for _ in range(8):
+            response = login(client, name, "guess")
+            body = response.get_data().replace(name.encode(), b"NAME")
+            out.append((response.status_code, re.sub(rb'(csrf-token" content|csrf_token" value)="[^"]+"', b"", body)))
+        return out
+
+    known, unknown = answers(_new_user()), answers("nobody-" + _new_user())
+    assert [code for code, _ in known] == [code for code, _ in unknown] == [401] * 5 + [429] * 3
+    assert known == unknown  # the same pages, word for word
+
+
+def test_one_address_trying_many_names_is_slowed(app, database):
+    from web.auth.throttle import FREE_PER_ADDRESS
+
+    client = _from(app, _address())
+    for i in range(FREE_PER_ADDRESS):
+        assert login(client, f"someone-{i}", "guess").status_code == 401
+    assert login(client, "someone-else", "guess").status_code == 429
+    assert login(_from(app, _address()), "someone-else", "guess").status_code == 401  # not elsewhere
+
+
+def test_a_cross_site_post_does_not_sign_the_victim_out(app, reviewer):
+    """Issue 32: the CSRF 403 page set a fresh session cookie, replacing the victim's."""
+    victim = app.test_client()
+    assert login(victim, reviewer).status_code == 302
+    # What a hostile page's form sends: no CSRF token, and (SameSite=Lax) no session cookie.
+    forged = app.test_client().post("/auth/logout", data={})
+    assert forged.status_code == 403 and "Set-Cookie" not in forged.headers
+    assert victim.get("/batches/").status_code == 200

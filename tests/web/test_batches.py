@@ -83,7 +83,7 @@ def test_batch_detail_shows_each_cell(logged_in_client, factory):
     assert ">queued</span>" in html  # ready is shown as queued
     assert "decoder gave up" in html  # the failure reason
     assert "broken.mp4" in html and "no video stream" in html
-    assert "notes.txt" in html and "skipped: not a video" in html
+    assert "notes.txt" in html and "left out: not a video" in html
     assert f'data-status-url="/batches/{made.batch_id}/status.json"' in html
     # Issue 19: titles for columns; a done cell opens its result; the bar counts what failed.
     assert '<th data-scenario="tomb_structure" title="tomb_structure">Tomb structure analysis</th>' in html
@@ -134,7 +134,7 @@ def test_ingesting_batch_without_videos(logged_in_client, database):
         session.flush()
         batch_id = batch.id
     html = logged_in_client.get(f"/batches/{batch_id}").get_data(as_text=True)
-    assert "Receiving and checking files" in html and 'data-finished="false"' in html
+    assert "Receiving files…" in html and 'data-finished="false"' in html
 
 
 def test_unknown_batch(logged_in_client, database):
@@ -179,3 +179,43 @@ def test_a_re_upload_says_which_earlier_batch_its_results_come_from(logged_in_cl
     assert 'data-testid="reused-from"' in html
     # the first batch's own page does not call its work reused
     assert "reused-notice" not in logged_in_client.get(f"/batches/{first.batch_id}").get_data(as_text=True)
+
+
+def test_a_batch_that_came_to_nothing_finished_with_problems_in_every_view(logged_in_client, database):
+    """Issue 32: a zip with no videos read "Finished", and a finished batch "ingested" in the API."""
+    from click.testing import CliRunner
+
+    from cli.main import status as status_command
+
+    with session_scope() as session:
+        batch = Batch(name="notes only", source="web", scenario_names=["tomb_structure"], status="ingested")
+        session.add(batch)
+        session.flush()
+        session.add(BatchItem(batch_id=batch.id, name="notes.txt", status="skipped", reason="not_video: a .txt file"))
+        batch_id = batch.id
+    html = logged_in_client.get(f"/batches/{batch_id}").get_data(as_text=True)
+    assert "Finished with problems" in html
+    assert logged_in_client.get(f"/api/v1/batches/{batch_id}").json["state"] == "finished with problems"
+    listed = {b["id"]: b for b in logged_in_client.get("/api/v1/batches").json["batches"]}
+    assert listed[batch_id]["progress"]["state"] == "finished with problems"
+    out = CliRunner().invoke(status_command, [str(batch_id)])
+    assert "[finished with problems]" in out.output and "ingested" not in out.output
+
+
+def test_reasons_read_as_sentences_on_the_batch_page(logged_in_client, database):
+    """Issue 32: `hidden: dotfile`, `corrupt: BadZipFile`, `<archive>` on the page."""
+    with session_scope() as session:
+        batch = Batch(name="mixed", source="web", scenario_names=["tomb_structure"], status="ingested")
+        session.add(batch)
+        session.flush()
+        session.add_all([
+            BatchItem(batch_id=batch.id, name=".DS_Store", status="skipped", reason="hidden: dotfile"),
+            BatchItem(batch_id=batch.id, name="<archive>", status="rejected",
+                      reason="corrupt: BadZipFile: File is not a zip file")])
+        batch_id = batch.id
+    html = logged_in_client.get(f"/batches/{batch_id}").get_data(as_text=True)
+    assert "A hidden file (its name starts with a dot), left out." in html and "hidden: dotfile</li>" not in html
+    assert "the archive as a whole</strong> — not analysed: Damaged, or not what its name says (File is not a zip file)." in html
+    data = logged_in_client.get(f"/batches/{batch_id}/status.json").json  # what the page's script redraws from
+    assert {m["label"]: m["words"] for m in data["rejected"]} == {
+        "the archive as a whole": "Damaged, or not what its name says (File is not a zip file)."}

@@ -12,11 +12,12 @@ def _samples(text: str) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def test_metrics_show_analyses_by_status_and_queue_depth(client, factory, broker):
+def test_metrics_show_analyses_by_status_and_queue_depth(client, factory, broker, monkeypatch):
     import redis
 
     from vidlora.config import get_settings
 
+    monkeypatch.setattr(get_settings(), "metrics_public", True)  # the operator opened it
     before = _samples(client.get("/metrics").get_data(as_text=True))
     factory.batch({"artifact_identification": "x", "tomb_structure": None}, statuses={"tomb_structure": "queued"})
     queue = f"gpu.metrics-{uuid.uuid4().hex[:6]}"
@@ -42,3 +43,9 @@ def test_metrics_token_when_set(client, database, monkeypatch):
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer scrape-secret"}).status_code == 200
+
+
+def test_metrics_are_closed_by_default(client, database):
+    """Issue 32: /metrics showed scenario names, counts and worker states to anyone."""
+    response = client.get("/metrics")
+    assert response.status_code == 403 and "VIDLORA_METRICS_TOKEN" in response.get_data(as_text=True)

@@ -9,6 +9,7 @@ from datetime import date, timedelta
 
 from sqlalchemy import text
 
+from tests.support.web import review_version
 from vidlora.db import session_scope
 from vidlora.models import Analysis
 
@@ -72,6 +73,7 @@ def test_search_uses_edited_text(logged_in_client, factory):
     word = _word()
     rid = factory.batch({"artifact_identification": "plain"}).result_ids["artifact_identification"]
     logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "version": review_version(logged_in_client, rid),
                                                           "text": f"corrected {word}"})
     assert f'data-result-id="{rid}"' in logged_in_client.get(f"/results/?q={word}").get_data(as_text=True)
 
@@ -126,6 +128,7 @@ def test_export_carries_the_review_the_batch_the_video_and_health_as_columns(log
     made = factory.batch({"artifact_identification": "A fibula."}, name="Trench 9", video_name="t9.mp4")
     rid = made.result_ids["artifact_identification"]
     logged_in_client.post(f"/review/results/{rid}", data={"csrf_token": logged_in_client.csrf, "action": "edit",
+                                                          "version": review_version(logged_in_client, rid),
                                                           "text": "A bronze fibula.", "note": "checked the register"})
     body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
     [row] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
@@ -290,3 +293,24 @@ def test_review_queue_follows_the_lists_sort(logged_in_client, factory):
                                 query_string={"queue": "1", "q": tag, "sort": "name"}).get_data(as_text=True)
     assert 'data-testid="queue-position">1 of 3' in html
     assert f'/review/results/{rids[0]}?' in html.split('data-testid="queue-next"')[0].rsplit("<a", 1)[1]
+
+
+def test_a_filter_error_keeps_the_form_and_offers_no_download(logged_in_client, database):
+    """Issue 32: a bad condition reset the scenario to "all", dropped the condition box and
+    left download links for the unfiltered list."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": []}])
+    response = logged_in_client.get(f"/results/?scenario={seeded.scenario}&where=colour%3Dred&q=amph")
+    html = response.get_data(as_text=True)
+    assert response.status_code == 400 and 'data-testid="filter-error"' in html
+    assert f'<option value="{seeded.scenario}" selected>' in html and 'value="amph"' in html
+    assert 'data-condition="colour=red"' in html  # the condition, to fix or remove
+    assert 'data-testid="export-csv"' not in html
+
+
+def test_a_page_past_the_end_shows_the_last_page(logged_in_client, factory):
+    """Issue 32: "49999901-10040 of 10040"."""
+    made = factory.batch({"artifact_identification": "a", "tomb_structure": "b", "murals_inscriptions": "c"})
+    html = logged_in_client.get(f"/results/?batch={made.batch_id}&per_page=20&page=999999").get_data(as_text=True)
+    assert "1–3 of 3" in html and html.count("data-analysis-id=") == 3

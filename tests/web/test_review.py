@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from tests.support.web import review_version
 from vidlora.db import session_scope
 from vidlora.models import Result, Review
 from web.review.diff import word_diff
@@ -9,6 +10,9 @@ XSS_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"
 
 
 def _act(client, result_id, **form):
+    """A post from the result's page as it reads now (its form carries the review version)."""
+    if "version" not in form:
+        form["version"] = review_version(client, result_id)
     return client.post(f"/review/results/{result_id}", data={"csrf_token": client.csrf, **form})
 
 
@@ -123,7 +127,7 @@ def test_review_needs_csrf(logged_in_client, factory):
 
 def test_unknown_result(logged_in_client, database):
     assert logged_in_client.get("/review/results/99999999").status_code == 404
-    assert _act(logged_in_client, 99999999, action="approve").status_code == 404
+    assert _act(logged_in_client, 99999999, action="approve", version="0").status_code == 404
 
 
 def test_word_diff():
@@ -165,7 +169,8 @@ def test_the_review_queue_walks_a_filtered_list(logged_in_client, factory):
     assert 'data-testid="shortcuts"' in page and "review.js" in page
     query = link.split("?", 1)[1]
     _act_q = lambda rid, **form: logged_in_client.post(  # noqa: E731
-        f"/review/results/{rid}?{query}", data={"csrf_token": logged_in_client.csrf, **form})
+        f"/review/results/{rid}?{query}",
+        data={"csrf_token": logged_in_client.csrf, "version": review_version(logged_in_client, rid), **form})
     first = _act_q(order[0], action="approve")
     assert first.status_code == 303 and first.headers["Location"].startswith(f"/review/results/{order[1]}?")
     assert _act_q(order[2], action="reject").headers["Location"].startswith(f"/review/results/{order[1]}?")

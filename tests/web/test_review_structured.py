@@ -25,7 +25,7 @@ def seeded(database):
 
 def _form(html: str) -> dict[str, str]:
     """The edit form as a browser would post it unchanged (selected options, filled inputs)."""
-    data = {}
+    data = dict(re.findall(r'<input type="hidden" name="(version)" value="(\d+)"', html))
     for name, value in re.findall(r'<input type="(?:text|number)" name="(f/[^"]+)" value="([^"]*)"', html):
         data[name] = entities.unescape(value).replace("\n", "")  # a one-line box drops line breaks
     for name, body in re.findall(r'<select name="(f/[^"]+)"[^>]*>(.*?)</select>', html, re.S):
@@ -85,8 +85,9 @@ def test_an_edit_outside_the_schema_is_refused_with_the_field(logged_in_client, 
 
 def test_the_results_list_shows_an_answer_in_one_line(logged_in_client, seeded):
     html = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
-    assert ("site: B; sealed: no; finds: bronze, han, 0.9, &lt;b&gt;taotie&lt;/b&gt; / jade, tang, 0.4"
-            in html), html
+    # issue 32: every value with its field's name, as the form names them
+    assert ("site: B; sealed: no; finds: 1. material bronze, period han, confidence 0.9, decoration "
+            "&lt;b&gt;taotie&lt;/b&gt; / 2. material jade, period tang, confidence 0.4" in html), html
 
 
 def test_approve_keeps_a_correction_made_in_the_form(logged_in_client, seeded):

@@ -115,3 +115,13 @@ def test_upload_requires_login(client, database):
     token = csrf_token(client, "/auth/login")  # an anonymous session's valid token
     response = client.post("/upload/", data={"csrf_token": token})
     assert response.status_code == 302 and "/auth/login" in response.headers["Location"]
+
+
+def test_the_page_and_the_server_share_one_file_name_rule(logged_in_client):
+    from vidlora.ingest.kinds import UNNAMED
+
+    html = logged_in_client.get("/upload/").get_data(as_text=True)
+    assert f'data-unnamed="{UNNAMED.pattern}"' in html  # what upload.js tests each chosen file with
+    response = _post(logged_in_client, [("a.mp4", b"x"), ("   .mp4", b"y"), ("..mp4", b"z")],
+                     headers={"Accept": "application/json"})
+    assert response.status_code == 400 and ".mp4, ..mp4" in response.json["detail"]

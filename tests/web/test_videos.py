@@ -17,7 +17,7 @@ def test_video_page(logged_in_client, factory):
     assert f"/videos/frames/{made.frame_set_id}/3.jpg" in html
     assert "0:09.4" in html  # the 4th frame's timestamp (9.38 s)
     assert "A bronze fibula." in html
-    assert "1200 in · 48 out" in html and "1.25 s" in html and "tiny-qwen" in html and "abc123def456" in html
+    assert "1200 tokens read, 48 written (complete)" in html and "1.25 s" in html and "tiny-qwen" in html and "abc123def456" in html
     assert 'data-testid="health-summary">healthy<' in html and 'data-flag="guard"' in html and 'data-flag="schema"' in html and 'data-flag="all bang"' in html
     result_id = made.result_ids["artifact_identification"]
     assert f'data-testid="approve-{result_id}"' in html and f'data-testid="edit-{result_id}"' in html
@@ -158,3 +158,54 @@ def test_a_complete_progressive_video_shows_no_footage_notes(logged_in_client, f
     made = factory.batch()
     html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
     assert "video-truncated" not in html and "video-interlaced" not in html and "frame-set-notes" not in html
+
+
+def test_a_name_shows_what_it_really_is_and_exports_flag_it(logged_in_client, factory):
+    """Issue 32: report\\u202Efdp.mp4 showed as "reportpdf.mp4"; exports kept it without a flag."""
+    import csv
+    import io
+
+    made = factory.batch(video_name="report\u202efdp.mp4")
+    page = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    assert "report[U+202E]fdp.mp4" in page and "\u202e" not in page
+    listing = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)
+    assert "report[U+202E]fdp.mp4" in listing and "\u202e" not in listing
+    body = logged_in_client.get(f"/results/export.csv?batch={made.batch_id}").get_data(as_text=True)
+    [row] = list(csv.DictReader(io.StringIO(body.lstrip("\ufeff"))))
+    assert row["video_name"] == "report\u202efdp.mp4"  # the data as it is
+    assert row["video_name_warning"] == "holds invisible or direction-changing characters: [U+202E]"
+
+
+def test_the_video_pages_verdict_buttons_carry_the_version(logged_in_client, factory):
+    """The video page's Approve is a review action like the review page's: made against the
+    version it showed (issue 32), and its engine details are folded away."""
+    import re
+
+    made = factory.batch()
+    rid = made.result_ids["artifact_identification"]
+    html = logged_in_client.get(f"/videos/{made.video_id}").get_data(as_text=True)
+    form = html.split(f'action="/review/results/{rid}"')[1].split("</form>")[0]
+    version = re.search(r'name="version" value="(\d+)"', form).group(1)
+    assert '<details class="engine" data-testid="engine-details">' in html and ">Stopped<" not in html
+    response = logged_in_client.post(f"/review/results/{rid}", data={
+        "csrf_token": logged_in_client.csrf, "next": f"/videos/{made.video_id}", "version": version, "action": "approve"})
+    assert response.status_code == 303 and response.headers["Location"] == f"/videos/{made.video_id}"
+    again = logged_in_client.post(f"/review/results/{rid}", data={
+        "csrf_token": logged_in_client.csrf, "version": version, "action": "reject"})  # the page from before
+    assert again.status_code == 409
+
+
+def test_a_structured_answer_shows_as_labelled_fields_on_the_video_page(logged_in_client, database):
+    """Issue 32: the video page showed raw JSON answers."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9}]}])
+    with session_scope() as session:
+        from vidlora.models import Analysis
+        video_id = session.get(Analysis, seeded.analysis_ids[0]).video_id
+    html = logged_in_client.get(f"/videos/{video_id}").get_data(as_text=True)
+    import re
+
+    answer = re.sub(r"\s+", " ", html.split('data-testid="result-answer">')[1].split("</div>")[0])
+    assert "<dt>material</dt>" in answer and 'data-field="material"> bronze' in answer
+    assert "<summary>As JSON</summary>" in html

@@ -44,12 +44,12 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 
 from vidlora.config import Settings
-from vidlora.ingest.kinds import Kind, is_archive_name, kind_of, not_video_reason
+from vidlora.ingest.kinds import Kind, is_archive_name, kind_of, not_video_reason, numbered
 from vidlora.ingest.store import MediaStore, StoredFile, StoreError, TooLarge
 from vidlora.lifecycle import ItemStatus
 
@@ -78,6 +78,7 @@ CORRUPT = "corrupt"
 HIDDEN = "hidden"
 MACOS_METADATA = "macos_metadata"
 DUPLICATE = "duplicate"
+RENAMED = "renamed"
 
 # Read-side failures that mean "this archive (or member) is damaged or hostile".
 _READ_ERRORS = (
@@ -539,7 +540,28 @@ def ingest_archive(path: Path, store: MediaStore, settings: Settings) -> Iterato
     See the module docstring for the limits. Raises only ``StoreError`` (store unusable).
     """
     ctx = _Ctx(store, settings)
+    yield from unique_names(_all_outcomes(Path(path), ctx))
+
+
+def _all_outcomes(path: Path, ctx: _Ctx) -> Iterator[MemberOutcome]:
     try:
-        yield from _ingest(Path(path), ARCHIVE_LABEL, ctx, 0)
+        yield from _ingest(path, ARCHIVE_LABEL, ctx, 0)
     except _Stop as stop:
         yield MemberOutcome(ARCHIVE_LABEL, ItemStatus.REJECTED, stop.reason, None)
+
+
+def unique_names(outcomes: Iterator[MemberOutcome]) -> Iterator[MemberOutcome]:
+    """A zip may hold several members of one name (and a tar overwrites on extraction): each is
+    kept under a name of its own, numbered in archive order (so a re-read names them alike),
+    and the outcome says it was renamed."""
+    seen: set[str] = set()
+    for outcome in outcomes:
+        name, n = outcome.name, 1
+        while name in seen:
+            n += 1
+            name = numbered(outcome.name, n)
+        seen.add(name)
+        if name != outcome.name:
+            note = f"{RENAMED}: another member of the archive is also named {_printable(outcome.name)}"
+            outcome = replace(outcome, name=name, reason=note if outcome.reason is None else f"{outcome.reason}; {note}")
+        yield outcome

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -27,10 +28,34 @@ from vidlora.results.rows import COLUMNS, row_dict
 
 CHUNK = 500
 FORMATS = ("csv", "items", "jsonl", "parquet")
-# Spreadsheet programs run a cell starting with these as a formula ("CSV injection");
-# model output is untrusted, so such cells get a leading apostrophe in CSV (not in JSONL).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 FIELD_PREFIX = "field."
+# Spreadsheet programs run a cell starting with = + - @ as a formula ("CSV injection"), and
+# model output is untrusted. Quoting every cell is not enough: a program told to split on ';'
+# (or one that misreads quotes) makes "x;=1+1" two cells, the second a live formula. So
+# wherever a cell could start under any split (the value's start, after , ; tab or a line
+# break, past spaces and quotes) a formula character gets an apostrophe before it, which
+# spreadsheets show as text. A plain signed number stays as it is. CSV only: JSONL and
+# Parquet keep values exact. Checked with LibreOffice: tests/vidlora/results/test_spreadsheet.py.
+_FORMULA_AT_CELL_START = re.compile(
+    r"""(^|[,;\t\r\n])([\s"]*)(?![+-]\d+(?:\.\d+)?(?:[,;\t\r\n"\]}]|$))(?=[=+\-@])""")
+_CONTROL_START = ("\t", "\r")  # a cell starting with these is read as a formula by some programs
+
+
+def neutralise(value: str) -> str:
+    """``value`` with an apostrophe before every formula character a spreadsheet could see at
+    the start of a cell, whichever separator it splits on."""
+    value = _FORMULA_AT_CELL_START.sub(lambda m: m.group(1) + m.group(2) + "'", value)
+    return "'" + value if value.startswith(_CONTROL_START) else value
+
+
+def _neutral_leaves(value: Any) -> Any:
+    """A JSON cell's strings (and keys) each neutralised as a cell of their own: the cell stays
+    valid JSON, and its members are separated by ", " so none starts a split cell bare."""
+    if isinstance(value, dict):
+        return {neutralise(str(k)): _neutral_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutral_leaves(v) for v in value]
+    return neutralise(value) if isinstance(value, str) else value
 
 
 def with_provenance(stmt: Select) -> Select:
@@ -55,12 +80,12 @@ def _cell(value) -> str:
     if value is None:
         return ""
     if isinstance(value, (dict, list)):
-        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        return json.dumps(_neutral_leaves(value), sort_keys=True, ensure_ascii=False)
     if isinstance(value, bool):
         return "true" if value else "false"
     if not isinstance(value, str):
         return str(value)
-    return "'" + value if value.startswith(FORMULA_STARTS) else value
+    return neutralise(value)
 
 
 def _get(value: Any, path: str) -> Any:

@@ -13,11 +13,12 @@ from typing import Any
 from vidlora.models import Analysis, Result, Scenario, Video, as_utc
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import final_value, in_schema_order
+from vidlora.visible import warning
 
 COLUMNS = (
-    "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_sha256",
-    "video_duration_s", "video_declared_duration_s", "video_truncated", "video_field_order", "video_width",
-    "video_height", "video_codec", "frames_deinterlace", "scenario", "status", "reason",
+    "analysis_id", "result_id", "batch_id", "batch_name", "video_id", "video_name", "video_name_warning",
+    "video_sha256", "video_duration_s", "video_declared_duration_s", "video_truncated", "video_field_order",
+    "video_width", "video_height", "video_codec", "frames_deinterlace", "scenario", "status", "reason",
     "review_state", "reviewed_by", "reviewed_at", "review_note", "text", "edited_text", "final_text",
     "health_verdict", "health_ok", "health_schema_ok", "health_engine_runs", "health_isolated_rerun",
     "health_quality", "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
@@ -49,9 +50,10 @@ def _engine_versions(analysis: Analysis) -> dict[str, Any] | None:
     versions = dict(engine.get("versions") or {})
     if not versions and not engine:
         return None
-    for key in ("model_config_sha256", "served_model_name"):
-        if engine.get(key):
-            versions[key] = engine[key]
+    if engine.get("model_config_sha256"):
+        versions["model_config_sha256"] = engine["model_config_sha256"]
+    if engine.get("served_model_name"):
+        versions["served_model_name"] = shown_name(engine["served_model_name"])  # never a server path
     return {k: v for k, v in versions.items() if v is not None}
 
 
@@ -83,6 +85,9 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "batch_name": analysis.batch.name if analysis.batch is not None else None,
         "video_id": video.id,
         "video_name": video.original_name,
+        # The name as stored, and a flag when it holds characters a reader cannot see
+        # (vidlora.visible): a spreadsheet shows "report<U+202E>fdp.mp4" as "reportpdf.mp4".
+        "video_name_warning": warning(video.original_name),
         "video_sha256": video.sha256,
         "video_duration_s": video.duration_s,
         # A partial file: analysed for video_duration_s of the span its header declares.

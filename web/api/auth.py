@@ -10,7 +10,8 @@ from flask_login import current_user
 from vidlora.lifecycle import TokenScope
 from web.api import bp
 from web.auth.tokens import token_user
-from web.auth.users import LoginUser, SignInThrottled, authenticate
+from web.auth.throttle import SignInThrottled
+from web.auth.users import LoginUser, authenticate
 from web.database import get_db
 
 PUBLIC_ENDPOINTS = {"api.openapi"}
@@ -52,9 +53,9 @@ def authenticate_request():
         if auth.type != "basic":
             return _unauthorized("Send an API token (Authorization: Bearer) or HTTP Basic credentials.")
         try:
-            user = authenticate(get_db(), auth.username or "", auth.password or "")
+            user = authenticate(get_db(), auth.username or "", auth.password or "", request.remote_addr or "")
         except SignInThrottled as exc:
-            response = jsonify(error="Too many wrong passwords", detail=str(exc), status=429)
+            response = jsonify(error="Too many wrong passwords", detail=str(exc), status=429)  # same for every name
             response.headers["Retry-After"] = str(exc.retry_after_s)
             return response, 429
         if user is None:

@@ -24,6 +24,16 @@ ERRORS = {
     "429": _json(_ref("Error"), "Too many wrong passwords for this account: wait Retry-After seconds"),
 }
 NOT_FOUND = {"404": _json(_ref("Error"), "No such object")}
+ETAG = {"ETag": {"description": "The result's review version (\"v3\"): send it back in If-Match",
+                 "schema": {"type": "string"}}}
+IF_MATCH = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
+            "description": "The ETag of the result as you read it (GET /results/{result_id}). Required to "
+                           "approve, reject or edit (428 without it); a note needs none. If the result was "
+                           "reviewed since, nothing is applied: 409 with what changed and the new ETag."}
+VERSIONED = {
+    "409": _json(_ref("Conflict"), "Reviewed by someone else since your If-Match: nothing applied"),
+    "428": _json(_ref("Error"), "No If-Match: say which version of the result you read"),
+}
 ID = lambda name: {"name": name, "in": "path", "required": True,  # noqa: E731
                    "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}
 PAGING = [
@@ -55,6 +65,16 @@ RESULT_FILTERS = [  # an empty value is no filter (what a form sends for "any"):
                     "holds when any item meets it; conditions on one array hold for the same item."},
 ]
 
+# Text filters may hold anything but NUL (PostgreSQL text cannot; the server answers 400).
+NO_NUL = "^[^\u0000]*$"
+for _param in RESULT_FILTERS:
+    _schema = _param["schema"].get("items", _param["schema"])
+    if _schema.get("type") == "string" and "enum" not in _schema and "format" not in _schema:
+        _schema["pattern"] = NO_NUL
+
+EXPORTS = [("csv", "CSV", "text/csv"), ("items.csv", "per-item CSV", "text/csv"),
+           ("jsonl", "JSON Lines", "application/x-ndjson"), ("parquet", "Parquet", "application/vnd.apache.parquet")]
+
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "properties": {
         "error": {"type": "string"}, "detail": {"type": "string"}, "status": {"type": "integer"}}},
@@ -64,6 +84,8 @@ SCHEMAS: dict[str, Any] = {
         "reason": {"type": "string", "nullable": True}, "attempts": {"type": "integer"}}},
     "BatchStatus": {"type": "object", "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string"},
+        "state": {"type": "string", "enum": ["receiving files", "analysing", "finished", "finished with problems"],
+                  "description": "Where the batch stands, in words"},
         "reason": {"type": "string", "nullable": True}, "scenarios": {"type": "array", "items": {"type": "string"}},
         "finished": {"type": "boolean"}, "uploads_pending": {"type": "integer"},
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
@@ -89,6 +111,7 @@ SCHEMAS: dict[str, Any] = {
                       ("model_fields", "object"), ("created_at", "string"), ("finished_at", "string")]}},
     "Review": {"type": "object", "properties": {
         "id": {"type": "integer"}, "action": {"type": "string", "enum": list(values(ReviewAction))},
+        "version": {"type": "integer", "nullable": True, "description": "The result's review version it made"},
         "user": {"type": "string", "nullable": True}, "text": {"type": "string", "nullable": True},
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
@@ -96,7 +119,13 @@ SCHEMAS["ResultRow"]["properties"]["frame_timestamps"]["items"] = {"type": "numb
 SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
+    "review_version": {"type": "integer", "description": "Moves on with every review (the ETag)"},
     "reviews": {"type": "array", "items": _ref("Review")}}}]}
+SCHEMAS["Conflict"] = {"allOf": [_ref("Error"), {"type": "object", "properties": {
+    "etag": {"type": "string"}, "your_version": {"type": "integer"}, "review_version": {"type": "integer"},
+    "changes": {"type": "array", "items": {"type": "object", "description": "A review made since your version; "
+                "an edit says which fields (fields_changed) or what text (text_before, text_after) it changed"}},
+    "result": _ref("ResultDetail")}}]}
 
 
 _RATE = {"type": "object", "properties": {
@@ -198,10 +227,16 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     "page": {"type": "integer"}, "per_page": {"type": "integer"}, "total": {"type": "integer"},
                     "filters": {"type": "object"}, "results": {"type": "array", "items": _ref("ResultRow")}}}),
                     **ERRORS}}},
+            **{f"/results/export.{kind}": {"get": {
+                "summary": f"The Results page's {label} export, streamed: same columns, same filters",
+                "parameters": RESULT_FILTERS,
+                "responses": {"200": {"description": "The export, as an attachment", "content": {
+                    media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
+               for kind, label, media in EXPORTS},
             "/results/facets": {"get": {
                 "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
                 "parameters": [{**p, "required": True, "allowEmptyValue": False,
-                                "schema": {"type": "string", "minLength": 1}} if p["name"] == "scenario" else p
+                                "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}} if p["name"] == "scenario" else p
                                for p in RESULT_FILTERS],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "filters": {"type": "object"}, "total": {"type": "integer"},
@@ -213,11 +248,30 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                             "where": {"type": "string"}}}}}}}}}), **ERRORS}}},
             "/results/{result_id}": {"get": {
                 "summary": "One result with its review history", "parameters": [ID("result_id")],
-                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+                "responses": {"200": {**_json(_ref("ResultDetail")), "headers": ETAG}, **ERRORS, **NOT_FOUND}}},
             "/results/{result_id}/review": {"post": {
-                "summary": "Approve, reject, edit or annotate a result", "parameters": [ID("result_id")],
+                "summary": "Approve, reject, edit or annotate a result",
+                "parameters": [ID("result_id"), IF_MATCH],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": REVIEW_REQUEST}}},
-                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+                "responses": {"200": {**_json(_ref("ResultDetail")), "headers": ETAG}, **ERRORS, **NOT_FOUND,
+                              **VERSIONED}}},
+            "/results/{result_id}/fields": {
+                "get": {"summary": "A structured result's current answer as data (404 for a free-text one)",
+                        "parameters": [ID("result_id")],
+                        "responses": {"200": {**_json({"type": "object"}), "headers": ETAG}, **ERRORS, **NOT_FOUND}},
+                "patch": {
+                    "summary": "Edit some fields of a structured answer: a JSON merge patch (RFC 7396)",
+                    "description": "Members of the patch replace the answer's, null removes one, nested objects "
+                                   "merge; an array is replaced whole. The patched answer must fit the "
+                                   "scenario's schema (400 otherwise) and is saved as an edit.",
+                    "parameters": [ID("result_id"), {**IF_MATCH, "required": True},
+                                   {"name": "note", "in": "query", "schema": {"type": "string", "maxLength": MAX_NOTE_CHARS},
+                                    "description": "Kept with the edit in the history"}],
+                    "requestBody": {"required": True, "content": {"application/merge-patch+json": {
+                        "schema": {"type": "object"}}}},
+                    "responses": {"200": {**_json(_ref("ResultDetail")), "headers": ETAG}, **ERRORS, **NOT_FOUND,
+                                  **VERSIONED, "415": _json(_ref("Error"), "Not sent as application/merge-patch+json")}},
+            },
             "/results/{result_id}/gold": {"post": {
                 "summary": "Mark a reviewed (approved or edited) result as gold, or return it to training",
                 "parameters": [ID("result_id")],

@@ -1,28 +1,40 @@
 from __future__ import annotations
 
+import json
+
 from flask import abort, current_app, jsonify, request, url_for
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
+from vidlora.config import get_settings
+from vidlora.feedback.compare import compare
+from vidlora.feedback.gold import GoldError, gold_results, set_gold
+from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
+from vidlora.feedback.releases import releases
 from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
+from vidlora.results.export import with_provenance
+from vidlora.results.fields import changes, final_value
+from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
+from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
 from web.api import bp
 from web.api.auth import api_user
+from web.api.merge_patch import MEDIA_TYPE as MERGE_PATCH, merge_patch
 from web.api.openapi import openapi_document
 from web.batches.progress import summarise, view_dict
 from web.database import get_db
 from web.errors import render_error
 from web.pagination import MAX_PAGE
-from vidlora.results.export import with_provenance
-from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
-from vidlora.results.rows import iso_utc, row_dict, shown_name
-from vidlora.config import get_settings
-from vidlora.feedback.compare import compare
-from vidlora.feedback.gold import GoldError, gold_results, set_gold
-from vidlora.feedback.releases import releases
-from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
-from web.review.actions import ReviewError, apply_review
+from web.query.downloads import download
+from web.review.actions import (
+    ReviewError,
+    StaleReview,
+    VersionMissing,
+    apply_review,
+    load_for_review,
+    output_schema,
+)
 from web.scenarios.health import holders, worker_health
 from web.upload.service import UploadError, from_request, start_batch
 
@@ -49,6 +61,11 @@ def _per_page() -> int:
 
 def _page() -> int:
     return _int_arg("page", 1, MAX_PAGE)
+
+
+@bp.errorhandler(VersionMissing)
+def version_missing(exc: VersionMissing):
+    return render_error(428, str(exc))
 
 
 @bp.errorhandler(FilterError)
@@ -130,6 +147,27 @@ def results():
                    results=[row_dict(*row) for row in rows])
 
 
+@bp.get("/results/export.csv")
+def export_csv():
+    """The Results page's CSV export for a script: same columns and filters, streamed."""
+    return download("csv")
+
+
+@bp.get("/results/export.items.csv")
+def export_items():
+    return download("items.csv")
+
+
+@bp.get("/results/export.jsonl")
+def export_jsonl():
+    return download("jsonl")
+
+
+@bp.get("/results/export.parquet")
+def export_parquet():
+    return download("parquet")
+
+
 @bp.get("/results/facets")
 def result_facets():
     """Per controlled-vocabulary field of the scenario, the count of matching results per value."""
@@ -146,11 +184,23 @@ def result_facets():
 def _result_json(result: Result) -> dict:
     analysis = result.analysis
     data = row_dict(analysis, result, analysis.video, analysis.scenario)
+    data["review_version"] = result.review_version
     data["reviews"] = [{
         "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
-        "text": r.text, "note": r.note, "created_at": iso_utc(r.created_at),
+        "text": r.text, "note": r.note, "version": r.version, "created_at": iso_utc(r.created_at),
     } for r in result.reviews]
     return data
+
+
+def etag(result: Result) -> str:
+    """The result's review version as an entity tag: what If-Match sends back."""
+    return f'"v{result.review_version}"'
+
+
+def _with_etag(result: Result, status: int = 200):
+    response = jsonify(_result_json(result))
+    response.headers["ETag"] = etag(result)
+    return response, status
 
 
 def _result_or_404(result_id: int) -> Result:
@@ -160,15 +210,65 @@ def _result_or_404(result_id: int) -> Result:
     return result
 
 
+def _locked_or_404(result_id: int) -> Result:
+    result = load_for_review(get_db(), result_id)
+    if result is None:
+        abort(404, f"There is no result {result_id}.")
+    return result
+
+
+def _if_match(result: Result) -> int | None:
+    """The review version the client's If-Match names: None without the header (a note needs
+    none), the current one for "*" (the RFC's "whatever is there": an explicit choice)."""
+    if not request.headers.get("If-Match"):
+        return None
+    if request.if_match.star_tag:
+        return result.review_version
+    for tag in request.if_match.as_set():
+        if tag[:1] == "v" and tag[1:].isdigit():
+            return int(tag[1:])
+    raise ReviewError('If-Match must be the result\'s ETag as you read it (for example "v3").')
+
+
+@bp.errorhandler(StaleReview)
+def stale(exc: StaleReview):
+    """409: nothing was applied. The body says what changed since the client's version and
+    carries the result as it is now; sending the request again with the new ETag re-applies it."""
+    session = get_db()
+    session.rollback()
+    result = _result_or_404(int(request.view_args["result_id"]))
+    structured = output_schema(result) is not None
+    changed, text_before, answer_before = [], result.text, result.parsed
+    for review in result.reviews:
+        entry = {"version": review.version, "action": review.action, "note": review.note,
+                 "user": review.user.username if review.user else None, "created_at": iso_utc(review.created_at)}
+        if review.action == "edit" and structured:
+            after = json.loads(review.text)
+            entry["fields_changed"] = [{"path": c.path, "before": c.before, "after": c.after}
+                                       for c in changes(answer_before, after)]
+            answer_before = after
+        elif review.action == "edit":
+            entry["text_before"], entry["text_after"] = text_before, review.text
+            text_before = review.text
+        if review.version is not None and review.version > exc.seen:
+            changed.append(entry)
+    response = jsonify(error="Changed since you read it", status=409, etag=etag(result),
+                       detail=f"{exc} Send it again with If-Match: {etag(result)} to apply it to the result as it is now.",
+                       your_version=exc.seen, review_version=result.review_version, changes=changed,
+                       result=_result_json(result))
+    response.headers["ETag"] = etag(result)
+    return response, 409
+
+
 @bp.get("/results/<id:result_id>")
 def result(result_id: int):
-    return jsonify(_result_json(_result_or_404(result_id)))
+    return _with_etag(_result_or_404(result_id))
 
 
 @bp.post("/results/<id:result_id>/review")
 def review(result_id: int):
     session = get_db()
-    result = _result_or_404(result_id)
+    result = _locked_or_404(result_id)
     body = request.get_json(silent=True) if request.is_json else request.form
     if not isinstance(body, dict) and not hasattr(body, "get"):
         raise ReviewError("Send a JSON object with action, and text or note where needed.")
@@ -181,9 +281,46 @@ def review(result_id: int):
     fields = body.get("fields") if request.is_json else None
     if fields is not None and not isinstance(fields, dict):
         raise ReviewError("fields must be an object: the corrected answer, valid against the scenario's schema.")
-    apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note, fields=fields)
+    apply_review(session, result, str(body.get("action") or ""), api_user().id, text, note, fields=fields,
+                 version=_if_match(result))
     session.commit()
-    return jsonify(_result_json(result))
+    return _with_etag(result)
+
+
+@bp.route("/results/<id:result_id>/fields", methods=["GET", "PATCH"])
+def result_fields(result_id: int):
+    """A structured result's current answer as data, with the ETag a merge patch needs. (One
+    rule for both methods: with two, an id past any row answered PATCH with 405, not 404.)"""
+    if request.method == "PATCH":
+        return patch_fields(result_id)
+    result = _result_or_404(result_id)
+    if output_schema(result) is None:
+        abort(404, f"Result {result_id} is free text: it has no fields (GET /results/{result_id}).")
+    response = jsonify(final_value(result))
+    response.headers["ETag"] = etag(result)
+    return response
+
+
+def patch_fields(result_id: int):
+    """A partial edit of a structured answer: a JSON merge patch (RFC 7396) applied to the
+    current answer, saved as an edit (validated against the schema, kept in the history)."""
+    session = get_db()
+    result = _locked_or_404(result_id)
+    if output_schema(result) is None:
+        abort(404, f"Result {result_id} is free text: edit its text with POST /results/{result_id}/review.")
+    if request.mimetype != MERGE_PATCH:
+        abort(415, f"Send a JSON merge patch with Content-Type: {MERGE_PATCH}.")
+    try:
+        patch = json.loads(request.get_data(as_text=True))
+    except ValueError as exc:
+        raise ReviewError(f"The patch is not JSON: {exc}.") from None
+    if not isinstance(patch, dict):
+        raise ReviewError("A merge patch of an answer is a JSON object: the fields to change, null to remove one.")
+    version = _if_match(result)
+    apply_review(session, result, "edit", api_user().id, fields=merge_patch(final_value(result), patch),
+                 note=request.args.get("note"), version=version)
+    session.commit()
+    return _with_etag(result)
 
 
 @bp.post("/results/<id:result_id>/gold")

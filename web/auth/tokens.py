@@ -88,7 +88,8 @@ def revoke_token(session: Session, token_id: int, user_id: int | None = None) ->
 
 
 def revoke_all(session: Session, user_id: int) -> int:
-    """Revoke every live token of a user (deactivation, password reset)."""
+    """Revoke every live token of a user; ``set_active`` (deactivation) and ``set_password``
+    (a password change, and so an admin's reset) call it. Returns how many were live."""
     rows = session.scalars(select(ApiToken).where(ApiToken.user_id == user_id, ApiToken.revoked_at.is_(None))).all()
     for row in rows:
         row.revoked_at = utcnow()

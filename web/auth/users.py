@@ -2,16 +2,13 @@
 
 A session cookie names the user *and* the user's current session token: signing out or
 changing the password replaces the token, so every copy of an older cookie stops working.
-Wrong passwords are counted per account (the sign-in form and HTTP Basic alike): after
-``FREE_FAILURES`` in a row each further try must wait twice as long as the last, up to
-``MAX_WAIT_S``; a right password resets the count.
+Wrong passwords (the sign-in form and HTTP Basic alike) are throttled per source address and
+per account and address, never per account alone: ``web.auth.throttle``.
 """
 
 from __future__ import annotations
 
-import math
 import secrets
-from datetime import timedelta
 
 from flask_login import UserMixin
 from sqlalchemy import func, select
@@ -19,12 +16,12 @@ from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from vidlora.lifecycle import Role, values
-from vidlora.models import User, utcnow
+from vidlora.models import User
+from vidlora.visible import INVISIBLE
+from web.auth.throttle import get_throttle
 from web.extensions import login_manager
 
 MIN_PASSWORD_CHARS = 8
-FREE_FAILURES = 5
-MAX_WAIT_S = 900
 # Compared against when the user does not exist, so a wrong name costs as long as a wrong
 # password and response times do not reveal which usernames exist.
 _DUMMY_HASH = generate_password_hash("not-a-real-password")
@@ -32,12 +29,6 @@ _DUMMY_HASH = generate_password_hash("not-a-real-password")
 
 class UserError(ValueError):
     pass
-
-
-class SignInThrottled(Exception):
-    def __init__(self, retry_after_s: int):
-        super().__init__(f"Too many wrong passwords for this account: try again in {retry_after_s} s.")
-        self.retry_after_s = retry_after_s
 
 
 class LoginUser(UserMixin):
@@ -68,6 +59,9 @@ def create_user(session: Session, username: str, password: str, role: str = Role
     username = username.strip()
     if not username or len(username) > 64:
         raise UserError("a username needs 1 to 64 characters")
+    if INVISIBLE.search(username) or not username.isprintable():
+        # "\u202Enimda" reads "admin", "ad\u200bmin" is a twin of it: names show what they are.
+        raise UserError("a username may not contain invisible, control or direction-changing characters")
     if len(password) < MIN_PASSWORD_CHARS:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
     if session.scalar(select(User.id).where(User.username == username)) is not None:
@@ -91,18 +85,24 @@ def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.username)))
 
 
-def set_password(session: Session, username: str, password: str) -> None:
+def set_password(session: Session, username: str, password: str) -> int:
+    """A new password: every signed-in session and every API token of the account ends with
+    the old one (a token minted from a stolen session must not outlive the owner's fix).
+    Returns how many tokens were revoked; the owner creates new ones."""
+    from web.auth.tokens import revoke_all
+
     if len(password) < MIN_PASSWORD_CHARS:
         raise UserError(f"a password needs at least {MIN_PASSWORD_CHARS} characters")
     user = get_user(session, username)
     user.password_hash = generate_password_hash(password)
     user.session_token = secrets.token_hex(16)  # signed-in sessions end with the old password
-    user.failed_logins, user.locked_until = 0, None
+    get_throttle().forget_account(user.username)  # a locked-out owner's new password works everywhere
+    return revoke_all(session, user.id)
 
 
 def reset_password(session: Session, username: str) -> str:
     """A new random password for someone who lost theirs (shown once to the admin, who passes
-    it on); the account's sessions end and its lockout is lifted. Its API tokens stay."""
+    it on); the account's sessions and API tokens end, and its lockout is lifted."""
     password = secrets.token_urlsafe(12)
     set_password(session, username, password)
     return password
@@ -146,26 +146,18 @@ def end_sessions(session: Session, user_id: int) -> None:
         user.session_token = secrets.token_hex(16)
 
 
-def authenticate(session: Session, username: str, password: str) -> LoginUser | None:
-    """The user these credentials name, or None; raises SignInThrottled while the account
-    must wait. Commits the failure count (the caller's request will not)."""
+def authenticate(session: Session, username: str, password: str, address: str) -> LoginUser | None:
+    """The user these credentials name, or None; raises SignInThrottled while ``address`` (the
+    client's) must wait. A name nobody has, a wrong password and a deactivated account take
+    the same path (one password hash, one count) and get the same answer."""
+    throttle = get_throttle()
+    throttle.check(username, address)
     user = session.scalar(select(User).where(User.username == username.strip()))
-    if user is None:
-        check_password_hash(_DUMMY_HASH, password)
+    matches = check_password_hash(user.password_hash if user is not None else _DUMMY_HASH, password)
+    if user is None or not matches or not user.is_active:
+        throttle.failed(username, address)
         return None
-    now = utcnow()
-    if user.locked_until is not None and user.locked_until > now:
-        raise SignInThrottled(math.ceil((user.locked_until - now).total_seconds()))
-    if not check_password_hash(user.password_hash, password) or not user.is_active:
-        user.failed_logins = (user.failed_logins or 0) + 1
-        if user.failed_logins >= FREE_FAILURES:
-            wait = min(MAX_WAIT_S, 2 ** (user.failed_logins - FREE_FAILURES))
-            user.locked_until = now + timedelta(seconds=wait)
-        session.commit()
-        return None
-    if user.failed_logins or user.locked_until is not None:
-        user.failed_logins, user.locked_until = 0, None
-        session.commit()
+    throttle.succeeded(username, address)
     return LoginUser.of(user)
 
 

@@ -4,7 +4,8 @@ from flask import flash, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_required, login_user, logout_user
 
 from web.auth import bp
-from web.auth.users import SignInThrottled, authenticate, end_sessions
+from web.auth.throttle import SignInThrottled
+from web.auth.users import authenticate, end_sessions
 from web.database import get_db
 from web.security import safe_next
 
@@ -17,7 +18,8 @@ def login():
     error, status = None, 200
     if request.method == "POST":
         try:
-            user = authenticate(get_db(), request.form.get("username", ""), request.form.get("password", ""))
+            user = authenticate(get_db(), request.form.get("username", ""), request.form.get("password", ""),
+                                request.remote_addr or "")
         except SignInThrottled as exc:
             error, status, user = str(exc), 429, None
         else:

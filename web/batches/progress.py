@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.lifecycle import FINAL_ANALYSIS, BatchStatus, ItemStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload
-from vidlora.status import BatchView, outcome_text, problem_count
+from vidlora.status import BatchView, batch_state, outcome_text, problem_count
 
 
 @dataclass
@@ -42,8 +42,12 @@ class BatchSummary:
     def problems(self) -> int:
         return problem_count(self.counts, self.files_rejected)
 
+    @property
+    def state(self) -> str:
+        return batch_state(self.status, self.finished, self.problems)
+
     def as_dict(self) -> dict:
-        return {"id": self.id, "status": self.status, "counts": dict(self.counts), "total": self.total,
+        return {"id": self.id, "status": self.status, "state": self.state, "counts": dict(self.counts), "total": self.total,
                 "final": self.final, "finished": self.finished, "uploads_pending": self.uploads_pending,
                 "files_rejected": self.files_rejected, "problems": self.problems, "text": self.text}
 

@@ -8,15 +8,15 @@ from vidlora.status import batch_view
 from web.batches import bp
 from web.batches.progress import summarise, view_dict
 from web.database import get_db
-from web.pagination import Page, page_number
+from web.pagination import Page, last_page_at_most, page_number
 
 
 @bp.get("/")
 def index():
     session = get_db()
     size = current_app.config["PAGE_SIZE"]
-    page = page_number()
     total = session.scalar(select(func.count(Batch.id))) or 0
+    page = last_page_at_most(page_number(), size, total)
     batches = session.scalars(
         select(Batch).order_by(Batch.id.desc()).offset((page - 1) * size).limit(size)
     ).all()

@@ -1,14 +1,10 @@
 from __future__ import annotations
 
-import tempfile
-from datetime import datetime, timezone
-
-from flask import Response, current_app, render_template, request, send_file, stream_with_context
+from flask import current_app, render_template, request
 from sqlalchemy import select
 
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
-from vidlora.results.export import csv_lines, items_lines, jsonl_lines, write_parquet
 from vidlora.results.query import (
     SORT_LABELS,
     FilterError,
@@ -22,8 +18,9 @@ from vidlora.results.query import (
 )
 from web.database import get_db
 from web.errors import render_error
-from web.pagination import PAGE_SIZES, Page, page_number, page_size
+from web.pagination import PAGE_SIZES, Page, last_page_at_most, page_number, page_size
 from web.query import bp
+from web.query.downloads import download
 
 
 @bp.get("/")
@@ -34,12 +31,13 @@ def index():
         filters = parse_filters(request.args)
         stmt = result_query(session, filters)
     except FilterError as exc:
-        error, filters, stmt = str(exc), ResultFilters(), None
+        error, filters, stmt = str(exc), as_typed(), None
     size = page_size(current_app.config["PAGE_SIZE"])
     number = page_number()
     rows, total, facet_list = [], 0, []
     if stmt is not None:
         total = count(session, stmt)
+        number = last_page_at_most(number, size, total)
         rows = session.execute(stmt.offset((number - 1) * size).limit(size)).all()
         facet_list = facets(session, filters)
     batches = session.scalars(select(Batch).order_by(Batch.id.desc()).limit(200)).all()
@@ -52,44 +50,36 @@ def index():
     ), (400 if error else 200)
 
 
-def _filename(suffix: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"vidlora-results-{stamp}.{suffix}"
-
-
-def _export(lines, mimetype: str, suffix: str) -> Response:
-    filters = parse_filters(request.args)  # FilterError -> 400 via the handler below
-    result_query(get_db(), filters)  # a bad field condition is a 400 now, not a broken download
-    response = Response(stream_with_context(lines(filters)), mimetype=mimetype)
-    response.headers["Content-Disposition"] = f'attachment; filename="{_filename(suffix)}"'
-    return response
+def as_typed() -> ResultFilters:
+    """The filter form as the reader sent it, unchecked: after an error the form keeps what
+    they typed (to correct it), not "all"."""
+    args = request.args
+    batch = args.get("batch", "")
+    return ResultFilters(
+        scenario=args.get("scenario", ""), review_state=args.get("review_state", ""), status=args.get("status", ""),
+        batch=int(batch) if batch.isdigit() else None, date_from=args.get("date_from") or None,  # type: ignore[arg-type]
+        date_to=args.get("date_to") or None, q=args.get("q", ""),  # type: ignore[arg-type]
+        where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""))
 
 
 @bp.get("/export.csv")
 def export_csv():
-    return _export(csv_lines, "text/csv; charset=utf-8", "csv")
+    return download("csv")
 
 
 @bp.get("/export.items.csv")
 def export_items():
-    return _export(items_lines, "text/csv; charset=utf-8", "items.csv")
+    return download("items.csv")
 
 
 @bp.get("/export.jsonl")
 def export_jsonl():
-    return _export(jsonl_lines, "application/x-ndjson; charset=utf-8", "jsonl")
+    return download("jsonl")
 
 
 @bp.get("/export.parquet")
 def export_parquet():
-    filters = parse_filters(request.args)
-    result_query(get_db(), filters)
-    # Parquet's footer comes last: the file is written whole (to disk, not memory), then sent.
-    spool = tempfile.TemporaryFile(suffix=".parquet")
-    write_parquet(filters, spool)
-    spool.seek(0)
-    return send_file(spool, mimetype="application/vnd.apache.parquet", as_attachment=True,
-                     download_name=_filename("parquet"))
+    return download("parquet")
 
 
 @bp.errorhandler(FilterError)

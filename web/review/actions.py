@@ -4,6 +4,12 @@ The model's text in ``Result.text`` is never changed; an edit goes to ``Result.e
 and into an append-only ``Review`` row, so the full history can be shown and audited. A
 structured result's edit is a value valid against its scenario's schema: kept as data in
 ``Result.edited_parsed`` (its fields re-indexed for queries) and as compact JSON text.
+
+Reviewers work at the same time, so every action moves ``Result.review_version`` on, and a
+save, approve or reject names the version it was made against: a stale one raises
+``StaleReview`` (what changed since, so the reviewer can look and re-apply) instead of undoing
+another reviewer's work. A note is never stale: it overwrites nothing. Callers load the result
+``FOR UPDATE`` (``load_for_review``), so two requests cannot both pass the check.
 """
 
 from __future__ import annotations
@@ -12,10 +18,10 @@ import json
 from typing import Any
 
 import jsonschema
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from vidlora.lifecycle import ReviewAction, ReviewState
-from vidlora.models import Result, Review
+from vidlora.models import Analysis, Result, Review
 from vidlora.results.fields import final_value, index_fields
 
 STATE_AFTER = {ReviewAction.APPROVE: ReviewState.APPROVED, ReviewAction.REJECT: ReviewState.REJECTED,
@@ -26,6 +32,45 @@ MAX_NOTE_CHARS = 10_000
 
 class ReviewError(ValueError):
     pass
+
+
+class VersionMissing(ReviewError):
+    """A save, approve or reject that does not say which version it was made against."""
+
+
+class StaleReview(ReviewError):
+    """The result moved on since the reviewer read it: ``since`` are the reviews made after
+    ``seen`` (oldest first), ``current`` is the version to re-apply against."""
+
+    def __init__(self, result: Result, seen: int):
+        self.seen, self.current = seen, result.review_version
+        self.since = [r for r in result.reviews if r.version is not None and r.version > seen]
+        who = sorted({r.user.username if r.user else "unknown user" for r in self.since})
+        super().__init__(
+            f"{', '.join(who) or 'Someone'} changed this result since you opened it "
+            f"({len(self.since)} review{'s' if len(self.since) != 1 else ''}). Nothing of yours was saved: "
+            "look at their change, then apply yours again.")
+
+
+def load_for_review(session: Session, result_id: int) -> Result | None:
+    """The result with what a review reads, its row locked until the transaction ends: a
+    concurrent review of the same result waits, then sees the version this one made."""
+    return session.get(Result, result_id, with_for_update=True, populate_existing=True, options=[
+        selectinload(Result.reviews).selectinload(Review.user),
+        selectinload(Result.analysis).selectinload(Analysis.video),
+        selectinload(Result.analysis).selectinload(Analysis.scenario),
+        selectinload(Result.analysis).selectinload(Analysis.frame_set),
+    ])
+
+
+def check_version(result: Result, action: str, version: int | None) -> None:
+    if action == "note":
+        return
+    if version is None:
+        raise VersionMissing("Say which version of the result this review was made against "
+                             "(the page's form does; the API takes the result's ETag in If-Match).")
+    if version != result.review_version:
+        raise StaleReview(result, version)
 
 
 def current_text(result: Result) -> str:
@@ -69,9 +114,14 @@ def _clean(value: str | None) -> str:
 
 
 def apply_review(session: Session, result: Result, action: str, user_id: int | None,
-                 text: str | None = None, note: str | None = None, fields: Any = None) -> Review:
+                 text: str | None = None, note: str | None = None, fields: Any = None,
+                 version: int | None = None) -> Review:
     """``fields``: a structured result's edited answer as data (the form's or the API's);
-    ``text`` may carry it as JSON instead."""
+    ``text`` may carry it as JSON instead. ``version``: the review version the reviewer saw
+    (required but for a note)."""
+    if action != "note" and action not in STATE_AFTER:
+        raise ReviewError("Unknown review action; use approve, reject, edit or note.")
+    check_version(result, action, version)
     note_text = _clean(note).strip() or None
     if note_text and len(note_text) > MAX_NOTE_CHARS:
         raise ReviewError(f"A note may have at most {MAX_NOTE_CHARS} characters.")
@@ -93,14 +143,22 @@ def apply_review(session: Session, result: Result, action: str, user_id: int | N
     elif action == "note":
         if not note_text:
             raise ReviewError("Write a note first.")
-    elif action not in STATE_AFTER:
-        raise ReviewError("Unknown review action; use approve, reject, edit or note.")
     if action in STATE_AFTER:
         result.review_state = STATE_AFTER[action]
-    review = Review(user_id=user_id, action=action, text=edited, note=note_text)
+    result.review_version = (result.review_version or 0) + 1
+    review = Review(user_id=user_id, action=action, text=edited, note=note_text, version=result.review_version)
     result.reviews.append(review)  # keeps the loaded history current for the response
     session.flush()
     return review
+
+
+def answer_at(result: Result, version: int) -> Any:
+    """The answer as it read at review ``version``: text, or a structured result's value."""
+    edits = [r for r in result.reviews if r.action == "edit" and r.text is not None
+             and (r.version is None or r.version <= version)]  # None: reviewed before versions
+    if output_schema(result) is None:
+        return edits[-1].text if edits else result.text
+    return json.loads(edits[-1].text) if edits else result.parsed
 
 
 def history(result: Result) -> list[tuple[Review, str | None]]:

@@ -13,8 +13,18 @@ from vidlora.results.fields import changes, final_value, in_schema_order
 from vidlora.results.query import FilterError, ResultFilters, neighbours, parse_filters
 from web.database import get_db
 from web.review import bp
-from web.review.actions import ReviewError, apply_review, current_text, history, output_schema
+from web.review.actions import (
+    ReviewError,
+    StaleReview,
+    answer_at,
+    apply_review,
+    current_text,
+    history,
+    load_for_review,
+    output_schema,
+)
 from web.review.diff import word_diff
+from web.review.merge import merge3
 from web.review.schema_form import FormError, as_posted, form_tree, read_form
 from web.security import safe_next
 from web.videos.media import media_file
@@ -59,7 +69,8 @@ def _queue() -> tuple[ResultFilters | None, dict]:
     return filters, {**filters.as_args(), "queue": "1"}
 
 
-def _page(result: Result, error: str | None = None, draft=None, note: str = "", status: int = 200):
+def _page(result: Result, error: str | None = None, draft=None, note: str = "", status: int = 200,
+          stale: StaleReview | None = None, action: str = "", merged: list[str] | None = None):
     schema = output_schema(result)
     filters, queue_args = _queue()
     try:
@@ -78,6 +89,7 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
         diff = None
         field_diff = changes(result.parsed, result.edited_parsed) if result.edited_parsed is not None else None
         form = form_tree(schema, final_value(result) if draft is None else draft)
+    conflict = _conflict(result, entries, stale, action, draft, schema, merged) if stale is not None else None
     analysis = result.analysis
     frame_set = analysis.frame_set if analysis.frame_set and analysis.frame_set.status == FrameSetStatus.DONE else None
     return render_template(
@@ -85,8 +97,23 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
         result=result, analysis=result.analysis, video=result.analysis.video,
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
         answer=in_schema_order(final_value(result), schema), error=error, around=around, queue_args=queue_args,
-        draft=current_text(result) if draft is None or schema is not None else draft, note=note,
+        draft=current_text(result) if draft is None or schema is not None else draft, note=note, conflict=conflict,
     ), status
+
+
+def _conflict(result: Result, entries: list, stale: StaleReview, action: str, draft, schema,
+              both: list[str] | None) -> dict:
+    """What the other reviewers did since this reviewer's page was loaded, beside what this
+    reviewer tried: the form below keeps their draft and now carries the current version, so
+    pressing the same button again applies it over the other change, on purpose."""
+    since = [entry for entry in entries if entry[0].version is not None and entry[0].version > stale.seen]
+    yours_text = yours_fields = None
+    if action in ("edit", "approve") and draft is not None:
+        if schema is not None:
+            yours_fields = changes(final_value(result), draft) or None
+        elif draft.replace("\r\n", "\n") != current_text(result):
+            yours_text = word_diff(current_text(result), draft.replace("\r\n", "\n"))
+    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields, "both": both or []}
 
 
 def _corrected(result: Result, text: str | None, fields) -> bool:
@@ -96,16 +123,39 @@ def _corrected(result: Result, text: str | None, fields) -> bool:
     return text is not None and text.replace("\r\n", "\n").replace("\r", "\n") != current_text(result)
 
 
+def _reapply(result: Result, schema, draft, seen: int) -> tuple[object, list[str] | None]:
+    """What the form offers after a conflict: the reviewer's own changes (from the answer
+    their page showed, at version ``seen``) applied to the answer as it is now, and for a
+    structured one the fields both changed. A draft they did not touch is only the old answer:
+    offering it again would revert the other change, so the form shows the current answer."""
+    before = answer_at(result, seen)
+    if draft is None:
+        return None, None
+    if schema is None:
+        typed = draft.replace("\r\n", "\n").replace("\r", "\n") != before
+        return (draft if typed else None), None
+    shown = read_form(schema, as_posted(form_tree(schema, before)))  # what the form held, as posted
+    return merge3(shown, final_value(result), draft)
+
+
 @bp.get("/results/<id:result_id>")
 def result(result_id: int):
     return _page(_result_or_404(result_id))
 
 
+def _version() -> int | None:
+    raw = request.form.get("version", "")
+    return int(raw) if raw.isdigit() else None
+
+
 @bp.post("/results/<id:result_id>")
 def act(result_id: int):
     session = get_db()
-    result = _result_or_404(result_id)
+    result = load_for_review(session, result_id)
+    if result is None:
+        abort(404, f"There is no result {result_id}.")
     action = request.form.get("action", "")
+    version = _version()
     schema = output_schema(result)
     fields = draft = None
     text = request.form.get("text")
@@ -116,9 +166,17 @@ def act(result_id: int):
         if action == "approve" and _corrected(result, text, fields):
             # Approve what the reviewer sees in the form: a typed correction is saved first,
             # never dropped (both steps are in the history).
-            apply_review(session, result, "edit", current_user.id, text, None, fields=fields)
+            apply_review(session, result, "edit", current_user.id, text, None, fields=fields, version=version)
+            version = result.review_version
             message = "Edit saved and approved."
-        apply_review(session, result, action, current_user.id, text, request.form.get("note"), fields=fields)
+        apply_review(session, result, action, current_user.id, text, request.form.get("note"), fields=fields,
+                     version=version)
+    except StaleReview as exc:
+        session.rollback()
+        result = _result_or_404(result_id)
+        mine, merged = _reapply(result, schema, draft if schema is not None else text, exc.seen)
+        return _page(result, str(exc), mine, request.form.get("note", ""), 409, stale=exc, action=action,
+                     merged=merged)
     except (ReviewError, FormError) as exc:
         session.rollback()
         return _page(_result_or_404(result_id), str(exc), draft if schema is not None else request.form.get("text"),

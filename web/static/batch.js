@@ -56,15 +56,15 @@
     document.getElementById("batch-counts").textContent = data.outcome;
     var state = document.getElementById("batch-state");
     state.dataset.status = data.finished ? "finished" : data.status;
-    state.textContent = data.finished ? (data.problems ? "Finished with problems" : "Finished")
-      : (data.status === "ingesting" ? "Receiving and checking files…" : "Analysing…");
+    // The server's words (vidlora.status.batch_state), as the first render shows them.
+    state.textContent = data.state.charAt(0).toUpperCase() + data.state.slice(1) + (data.finished ? "" : "…");
     var members = document.getElementById("member-list");
     members.textContent = "";
     data.rejected.forEach(function (m) {
-      members.appendChild(V.el("li", {"data-status": "rejected"}, [V.el("strong", {text: m.name}), document.createTextNode(" — rejected: " + m.reason)]));
+      members.appendChild(V.el("li", {"data-status": "rejected"}, [V.el("strong", {text: m.label}), document.createTextNode(" — not analysed: " + m.words)]));
     });
     data.skipped.forEach(function (m) {
-      members.appendChild(V.el("li", {"data-status": "skipped"}, [V.el("strong", {text: m.name}), document.createTextNode(" — skipped: " + m.reason)]));
+      members.appendChild(V.el("li", {"data-status": "skipped"}, [V.el("strong", {text: m.label}), document.createTextNode(" — left out: " + m.words)]));
     });
     document.getElementById("not-analysed").hidden = !(data.rejected.length || data.skipped.length);
     root.dataset.finished = data.finished ? "true" : "false";

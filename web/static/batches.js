@@ -23,7 +23,7 @@
           tr.querySelector('[data-role="text"]').textContent = s.text;
           var state = tr.querySelector('[data-role="state"]');
           state.dataset.status = s.finished ? "finished" : s.status;
-          state.textContent = s.finished ? "finished" : (s.status === "ingesting" ? "ingesting" : "in progress");
+          state.textContent = s.state;  // vidlora.status.batch_state, as the first render
           state.dataset.problems = s.problems;
           if (s.problems) state.appendChild(window.vidlora.el("span", {"class": "status status-failed", "data-role": "problems", text: " " + s.problems + " with problems"}));
           tr.dataset.finished = s.finished ? "true" : "false";

@@ -9,11 +9,20 @@ window.vidlora = {
   el: function (tag, attrs, children) {
     var node = document.createElement(tag);
     Object.keys(attrs || {}).forEach(function (k) {
-      if (k === "text") node.textContent = attrs[k];
+      if (k === "text") node.textContent = window.vidlora.visible(attrs[k]);
       else node.setAttribute(k, attrs[k]);
     });
     (children || []).forEach(function (c) { if (c) node.appendChild(c); });
     return node;
+  },
+  // Bidi controls and zero-width characters shown as [U+XXXX], as the server's pages show them
+  // (vidlora.visible: its pattern is base.html's data-invisible).
+  visible: function (text) {
+    var pattern = document.body && document.body.dataset.invisible;
+    if (!pattern || typeof text !== "string") return text;
+    return text.replace(new RegExp(pattern, "g"), function (c) {
+      return "[U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "]";
+    });
   },
   humanBytes: function (n) {
     var units = ["bytes", "KB", "MB", "GB", "TB"], i = 0;

@@ -15,9 +15,11 @@
   var accept = form.dataset.accept.split(",");
   var chosen = [];  // {file, row, bar, note}
 
+  // The server's file-name rule (vidlora.ingest.kinds.UNNAMED): ".mp4", "   .mp4", "..mp4".
+  var unnamed = new RegExp(form.dataset.unnamed);
   function allowed(name) {
     var lower = name.toLowerCase();
-    return accept.some(function (s) { return lower.endsWith(s); });
+    return !unnamed.test(name) && accept.some(function (s) { return lower.endsWith(s); });
   }
   function showError(text) {
     errorBox.textContent = text;
@@ -38,7 +40,7 @@
       ]);
       if (!allowed(c.file.name)) {
         c.row.classList.add("bad");
-        c.note.textContent = "not a video or archive";
+        c.note.textContent = unnamed.test(c.file.name) ? "no name before its extension, or hidden" : "not a video or archive";
       }
       list.appendChild(c.row);
     });

@@ -5,6 +5,7 @@ from flask_login import current_user
 from sqlalchemy import select
 
 from vidlora.config import get_settings
+from vidlora.ingest.kinds import UNNAMED
 from vidlora.models import Scenario
 from web.database import get_db
 from web.errors import wants_json
@@ -16,7 +17,7 @@ def _page(error: str | None = None, status: int = 200, chosen: list[str] | None 
     scenarios = get_db().scalars(select(Scenario).where(Scenario.active).order_by(Scenario.title)).all()
     return render_template(
         "upload/index.html", scenarios=scenarios, error=error, chosen=set(chosen or []), name=name,
-        accept=",".join(allowed_suffixes()), max_bytes=get_settings().max_upload_bytes,
+        accept=",".join(allowed_suffixes()), max_bytes=get_settings().max_upload_bytes, unnamed=UNNAMED.pattern,
     ), status
 
 

@@ -157,3 +157,98 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
 
     assert errors == [], errors
     page.close()
+
+
+def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, screenshots, database):
+    """Issue 32: two reviewers in two browsers on one result. B saves from a page opened before
+    A's save: refused (409) with A's change beside B's, B's work kept in the form and applied on
+    a second press, both changes in the answer. Then both press a verdict at the same moment:
+    exactly one wins, the other is told, nothing is silently overwritten."""
+    from vidlora.db import session_scope
+    from vidlora.models import Result
+    from web.auth.users import create_user
+
+    rid = seed_structured([ANSWER]).result_ids[0]
+    second = f"second-{uuid.uuid4().hex[:6]}"
+    with session_scope() as session:
+        create_user(session, second, PASSWORD)
+    pages = []
+    for name in (REVIEWER, second):
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(f"{live_server}/auth/login")
+        page.fill("#username", name)
+        page.fill("#password", PASSWORD)
+        page.click("[data-testid=login-submit]")
+        page.wait_for_selector("[data-testid=nav-results]")
+        page.goto(f"{live_server}/review/results/{rid}")
+        pages.append(page)
+    a, b = pages
+
+    a.select_option("[data-testid='field-f/finds/0/material']", "jade")
+    a.click(f"[data-testid=edit-{rid}]")
+    a.wait_for_selector(".flash")
+    b.select_option("[data-testid='field-f/finds/0/period']", "tang")  # on the page from before A's save
+    b.click(f"[data-testid=edit-{rid}]")
+    conflict = b.wait_for_selector("[data-testid=conflict]")
+    assert REVIEWER in b.inner_text("[data-testid=review-error]")
+    theirs, yours = b.inner_text("[data-testid=conflict-theirs]"), b.inner_text("[data-testid=conflict-yours]")
+    assert "Find 1 · material" in theirs and "jade" in theirs and "Find 1 · period" in yours and "tang" in yours
+    assert b.input_value("[data-testid='field-f/finds/0/material']") == "jade"  # A's change, in B's form
+    assert b.input_value("[data-testid='field-f/finds/0/period']") == "tang"  # B's, kept
+    conflict.scroll_into_view_if_needed()
+    b.screenshot(path=str(screenshots / "review-conflict.png"))
+    with session_scope() as session:
+        assert session.get(Result, rid).edited_parsed["finds"][0]["period"] == "han"  # nothing of B's yet
+    b.click(f"[data-testid=edit-{rid}]")
+    b.wait_for_selector(".flash")
+    with session_scope() as session:
+        result = session.get(Result, rid)
+        assert result.edited_parsed["finds"][0] == {**ANSWER["finds"][0], "material": "jade", "period": "tang"}
+
+    # Both open the result as it is now, then press their verdicts at once.
+    for page in pages:
+        page.goto(f"{live_server}/review/results/{rid}")
+    a.click(f"[data-testid=reject-{rid}]", no_wait_after=True)
+    b.click(f"[data-testid=approve-{rid}]", no_wait_after=True)
+    for page in pages:
+        page.wait_for_selector("[data-testid=conflict], .flash")
+    refused = [page for page in pages if page.locator("[data-testid=conflict]").count()]
+    assert len(refused) == 1
+    with session_scope() as session:
+        result = session.get(Result, rid)
+        verdicts = [r.action for r in result.reviews if r.action in ("approve", "reject")]
+        assert len(verdicts) == 1 and result.review_state == {"approve": "approved", "reject": "rejected"}[verdicts[0]]
+    for page in pages:
+        page.context.close()
+
+
+def test_a_long_hostile_name_wraps_and_shows_what_it_is(live_server, reviewer, browser, screenshots, database):
+    """Issue 32: a 300-character file name made pages 3,800+ px wide; report\\u202Efdp.mp4 read
+    "reportpdf.mp4". On the pages the server draws and on the batch page its script redraws."""
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, BatchItem
+
+    seeded = seed_structured([ANSWER])
+    name = "report\u202efdp-" + "x" * 300 + ".mp4"
+    with session_scope() as session:
+        video = session.get(Analysis, seeded.analysis_ids[0]).video
+        video.original_name, video_id = name, video.id
+        session.query(BatchItem).filter(BatchItem.video_id == video_id).update({"name": name})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(30_000)
+    page.goto(f"{live_server}/auth/login")
+    page.fill("#username", REVIEWER)
+    page.fill("#password", PASSWORD)
+    page.click("[data-testid=login-submit]")
+    page.wait_for_selector("[data-testid=nav-results]")
+    for path in (f"/videos/{video_id}", f"/results/?batch={seeded.batch_id}", f"/batches/{seeded.batch_id}"):
+        page.goto(live_server + path)
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280, path
+        text = page.inner_text("main")
+        assert "report[U+202E]fdp-" in text and "\u202e" not in text, path
+    page.goto(f"{live_server}/videos/{video_id}")
+    page.screenshot(path=str(screenshots / "long-hostile-name.png"))
+    page.close()

@@ -514,3 +514,12 @@ def test_small_compressible_member_is_within_grace(tmp_path: Path, indir: Path, 
     # 512 KiB of zeros compresses ~1000:1, but below RATIO_GRACE_BYTES that is harmless.
     out = run(write_zip(indir / "z.zip", [("quiet.mp4", bytes(512 * 1024))]), store, settings)
     expect(out, "quiet.mp4", "stored", None)
+
+
+def test_names_without_a_name_are_skipped_alike(tmp_path: Path, indir: Path, store: MediaStore,
+                                                 settings: Settings) -> None:
+    out = run(write_zip(indir / "n.zip", [(".mp4", GOOD_A), ("   .mp4", GOOD_B), ("..mp4", GOOD_A),
+                                          ("real.mp4", GOOD_B)]), store, settings)
+    assert {n: o.status for n, o in out.items()} == {".mp4": "skipped", "   .mp4": "skipped", "..mp4": "skipped",
+                                                    "real.mp4": "stored"}
+    assert out["   .mp4"].code == "unnamed" and {out[".mp4"].code, out["..mp4"].code} == {"hidden"}

@@ -28,3 +28,16 @@ def test_the_reason_names_the_type_not_the_path():
 def test_what_a_picker_offers_is_what_is_accepted():
     offered = accepted_suffixes(EXTS)
     assert all(kind_of(f"x{s}", EXTS) != Kind.OTHER for s in offered)
+
+
+@pytest.mark.parametrize("name", [".mp4", "   .mp4", "..mp4", "dig/.mp4", " .tar.gz", "\t.zip"])
+def test_a_name_with_nothing_before_its_extension_is_not_a_video(name):
+    """Issue 32: the page accepted these, the server refused the whole upload, a zip skipped
+    one and analysed another. One rule, the same reason everywhere."""
+    assert kind_of(name, EXTS) == Kind.OTHER
+    assert not_video_reason(name).startswith("unnamed: a file with no name before its extension")
+
+
+@pytest.mark.parametrize("name", ["a.mp4", "a .mp4", "my .hidden.mp4", "x..mp4"])
+def test_a_name_before_the_extension_is_enough(name):
+    assert kind_of(name, EXTS) == Kind.VIDEO
