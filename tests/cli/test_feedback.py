@@ -29,7 +29,7 @@ def review(result_id: int, action: str, fields=None, version: str | None = None)
         result = session.get(Result, result_id)
         if version is not None:
             result.adapter_version = version
-        apply_review(session, result, action, None, fields=fields)
+        apply_review(session, result, action, None, fields=fields, version=result.review_version)
 
 
 def with_frames(result_id: int, count: int = 3) -> list[bytes]:

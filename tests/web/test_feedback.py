@@ -25,7 +25,8 @@ def reviewed(database):
     seeded = seed_structured([BRONZE] * 4)
     with session_scope() as session:
         for rid, action, fields in zip(seeded.result_ids, ("approve", "edit", "reject"), (None, JADE, None)):
-            apply_review(session, session.get(Result, rid), action, None, fields=fields)
+            result = session.get(Result, rid)
+            apply_review(session, result, action, None, fields=fields, version=result.review_version)
     return seeded
 
 
@@ -52,7 +53,10 @@ def test_a_reviewer_marks_a_reviewed_result_gold_and_back(logged_in_client, revi
 
     # A gold answer that a later review rejects leaves the gold set (it has no answer to test against).
     logged_in_client.post(f"/review/results/{approved}/gold", data={"gold": "1", "csrf_token": logged_in_client.csrf})
-    logged_in_client.post(f"/review/results/{approved}", data={"action": "reject", "csrf_token": logged_in_client.csrf})
+    with session_scope() as session:
+        version = session.get(Result, approved).review_version
+    logged_in_client.post(f"/review/results/{approved}", data={"action": "reject", "version": str(version),
+                                                               "csrf_token": logged_in_client.csrf})
     page = logged_in_client.get(f"/review/results/{approved}").get_data(as_text=True)
     assert "Held out of training" not in page
     gold_page = logged_in_client.get(f"/scenarios/{reviewed.scenario}/gold").get_data(as_text=True)

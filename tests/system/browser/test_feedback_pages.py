@@ -38,13 +38,13 @@ def versions(database, tmp_path):
             result = session.get(Result, rid)
             result.adapter_version = "3f9a61c2d0b47e15" if i < 12 else "8c2e07b5a91d43f6"
             if i in (8, 9):
-                apply_review(session, result, "edit", None, fields=JADE)
+                apply_review(session, result, "edit", None, fields=JADE, version=result.review_version)
             elif i == 10:
-                apply_review(session, result, "edit", None, fields=TANG)
+                apply_review(session, result, "edit", None, fields=TANG, version=result.review_version)
             elif i == 11:
-                apply_review(session, result, "reject", None)
+                apply_review(session, result, "reject", None, version=result.review_version)
             elif i < 15:
-                apply_review(session, result, "approve", None)
+                apply_review(session, result, "approve", None, version=result.review_version)
         set_gold(session.get(Result, ids[8]), True, None)
         scenario = session.query(Scenario).filter_by(name=seeded.scenario).one()
         scenario.title, scenario.adapter_version = "Finds catalogue", "8c2e07b5a91d43f6"

@@ -109,9 +109,10 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
         for i, rid in enumerate(ids):
             result = session.get(Result, rid)
             if i in (3, 4):
-                apply_review(session, result, "edit", None, fields={**result.parsed, "passages": result.parsed["passages"] + 1})
+                apply_review(session, result, "edit", None, fields={**result.parsed, "passages": result.parsed["passages"] + 1},
+                             version=result.review_version)
             else:
-                apply_review(session, result, "reject" if i == 5 else "approve", None)
+                apply_review(session, result, "reject" if i == 5 else "approve", None, version=result.review_version)
         for rid in (ids[0], ids[3]):
             set_gold(session.get(Result, rid), True, None)
         stored = {rid: (r.text, r.parsed, r.adapter_version) for rid in ids for r in [session.get(Result, rid)]}
