@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.structured import seed_structured
-from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
+from tests.system.browser.conftest import sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -61,11 +61,7 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{live_server}/auth/login")
-    page.fill("#username", REVIEWER)
-    page.fill("#password", PASSWORD)
-    page.click("[data-testid=login-submit]")
-    page.wait_for_selector("[data-testid=nav-results]")
+    sign_in(page, live_server)
 
     # An approved result: the reviewer makes it gold from its review page.
     page.goto(f"{live_server}/review/results/{ids[0]}")

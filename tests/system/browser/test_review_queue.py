@@ -23,6 +23,7 @@ from PIL import Image
 
 from tests.support.structured import seed_structured
 from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
+from tests.system.browser.conftest import sign_in
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.browser
@@ -64,11 +65,7 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{live_server}/auth/login")
-    page.fill("#username", REVIEWER)
-    page.fill("#password", PASSWORD)
-    page.click("[data-testid=login-submit]")
-    page.wait_for_selector("[data-testid=nav-results]")
+    sign_in(page, live_server)
 
     # The list, oldest first, and the first result from its review link: place 1 of 10.
     page.goto(f"{live_server}/results/?scenario={ten_results.scenario}&sort=oldest")
@@ -177,11 +174,7 @@ def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, scree
         context = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(30_000)
-        page.goto(f"{live_server}/auth/login")
-        page.fill("#username", name)
-        page.fill("#password", PASSWORD)
-        page.click("[data-testid=login-submit]")
-        page.wait_for_selector("[data-testid=nav-results]")
+        sign_in(page, live_server, name)
         page.goto(f"{live_server}/review/results/{rid}")
         pages.append(page)
     a, b = pages
@@ -238,11 +231,7 @@ def test_a_long_hostile_name_wraps_and_shows_what_it_is(live_server, reviewer, b
         session.query(BatchItem).filter(BatchItem.video_id == video_id).update({"name": name})
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(30_000)
-    page.goto(f"{live_server}/auth/login")
-    page.fill("#username", REVIEWER)
-    page.fill("#password", PASSWORD)
-    page.click("[data-testid=login-submit]")
-    page.wait_for_selector("[data-testid=nav-results]")
+    sign_in(page, live_server)
     for path in (f"/videos/{video_id}", f"/results/?batch={seeded.batch_id}", f"/batches/{seeded.batch_id}"):
         page.goto(live_server + path)
         page.wait_for_load_state("networkidle")
