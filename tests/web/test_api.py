@@ -157,6 +157,12 @@ def test_review_errors(client, auth, factory):
     assert post(json={"action": "edit", "text": 42}).status_code == 400
     assert post(json={"action": "edit"}).status_code == 428  # no If-Match: which version was read?
     assert post(json={"action": "edit"}, headers={**auth, "If-Match": '"v0"'}).status_code == 400
+    from web.review.actions import MAX_NOTE_CHARS
+
+    padded = " " * MAX_NOTE_CHARS + "ok"  # over the document's maxLength, short once trimmed
+    for action in ("approve", "reject", "note"):
+        refused = post(json={"action": action, "note": padded}, headers={**auth, "If-Match": '"v0"'})
+        assert refused.status_code == 400 and "at most" in refused.json["detail"], action
     assert client.post("/api/v1/results/99999999/review", headers=auth, json={"action": "approve"}).status_code == 404
     assert client.get("/api/v1/results/99999999", headers=auth).status_code == 404
 

@@ -122,9 +122,11 @@ def apply_review(session: Session, result: Result, action: str, user_id: int | N
     if action != "note" and action not in STATE_AFTER:
         raise ReviewError("Unknown review action; use approve, reject, edit or note.")
     check_version(result, action, version)
-    note_text = _clean(note).strip() or None
-    if note_text and len(note_text) > MAX_NOTE_CHARS:
+    # The limit is on what was sent (as the API document says), not on what is left after
+    # trimming: a note padded with blanks is refused for every action alike.
+    if note is not None and len(_clean(note)) > MAX_NOTE_CHARS:
         raise ReviewError(f"A note may have at most {MAX_NOTE_CHARS} characters.")
+    note_text = _clean(note).strip() or None
     edited: str | None = None
     schema = output_schema(result)
     if action == "edit" and schema is not None:
