@@ -30,3 +30,13 @@ def review_version(client, result_id: int) -> str:
     match = _VERSION.search(client.get(f"/review/results/{result_id}").get_data(as_text=True))
     assert match, f"no review version on result {result_id}'s page"
     return match.group(1)
+
+
+def sign_in(page, base: str, name: str = BROWSER_REVIEWER, password: str = BROWSER_PASSWORD) -> None:
+    """A browser page signs in through the form, as a reviewer does; returns on the first
+    signed-in page."""
+    page.goto(f"{base}/auth/login")
+    page.fill("#username", name)
+    page.fill("#password", password)
+    page.click("[data-testid=login-submit]")
+    page.wait_for_selector("[data-testid=nav-results]")

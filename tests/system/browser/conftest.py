@@ -75,12 +75,3 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
-
-
-def sign_in(page, base: str, name: str = REVIEWER, password: str = PASSWORD) -> None:
-    """Through the sign-in form, as a reviewer does; returns on the first signed-in page."""
-    page.goto(f"{base}/auth/login")
-    page.fill("#username", name)
-    page.fill("#password", password)
-    page.click("[data-testid=login-submit]")
-    page.wait_for_selector("[data-testid=nav-results]")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.structured import seed_structured
-from tests.system.browser.conftest import sign_in
+from tests.support.web import sign_in
 
 pytestmark = pytest.mark.browser
 

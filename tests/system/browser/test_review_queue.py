@@ -22,8 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.support.structured import seed_structured
-from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER
-from tests.system.browser.conftest import sign_in
+from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER, sign_in
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.browser
