@@ -12,6 +12,10 @@
 #          stream   issue 35: the streaming worker's engine loop vs the bare engine, 256 in flight
 #          stream2k issue 35: ~2,000-token prompts traced per step (stream2k_b: profile window,
 #                   3-vs-1 adapters; stream2k_c: a 65,536-token prefill budget)
+#          version  issue 36: one vLLM version's correctness, three lanes side by side on the GPU:
+#                   fault on/off | verify text 16-8,192 + video + 16k-32k | field cells (tiny model)
+#          vbench   issue 36: the bench rows (no LoRA, 1 adapter, 3 mixed; 16 and 256 in flight) at the
+#                   27B layer shapes (VBENCH_LAYERS deep, default 16), alone on the GPU
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -173,6 +177,22 @@ LONG=2000x128x320
 STREAM2K_PHASES=warmup,stream_one#$LONG,stream_nolora#$LONG,all_nolora#$LONG
 STREAM2K_B_PHASES=warmup,streamprof_one#2000x128x160,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,all_nolora#$SHIPPED,stream_mixed3#$LONG
 case $STAGE in
+  version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU
+    ( fault on; fault off ) & FL=$!
+    ( verify on; [ $(left) -gt 120 ] && verify_video; [ $(left) -gt 150 ] && verify_long ) & VL=$!
+    ( M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
+      KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
+      cell tiny tiny_on_graphs $M on 0 0 "$KW" $A/artifact_identification $A/tomb_structure
+      cell tiny tiny_off_eager $M off 1 0 "$KW" $A/artifact_identification $A/tomb_structure
+      cell tiny tiny_on_graphs_pdl $M on 0 1 "$KW" $A/artifact_identification $A/tomb_structure ) & CL=$!
+    wait $FL $VL $CL
+    ;;
+  vbench)  # issue 36: the bench rows per version, alone on the GPU (throughput is measured here)
+    D=$SCRATCH/vl27_bench_${VBENCH_LAYERS:-16}
+    [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 --layers ${VBENCH_LAYERS:-16} > $RES/assets_vbench.log 2>&1 || log "assets FAILED"; }
+    R=356x256
+    bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256"
+    ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
