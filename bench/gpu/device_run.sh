@@ -177,7 +177,10 @@ LONG=2000x128x320
 STREAM2K_PHASES=warmup,stream_one#$LONG,stream_nolora#$LONG,all_nolora#$LONG
 STREAM2K_B_PHASES=warmup,streamprof_one#2000x128x160,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,all_nolora#$SHIPPED,stream_mixed3#$LONG
 case $STAGE in
-  version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU
+  version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU.
+    # A fixed KV size: vLLM's memory profile refuses to start when another lane frees memory
+    # meanwhile ("Error in memory profiling", seen with 0.33).
+    VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296}'
     ( fault on; fault off; [ $(left) -gt 150 ] && rebuild on ) & FL=$!
     ( verify on; [ $(left) -gt 120 ] && verify_video; [ $(left) -gt 150 ] && verify_long ) & VL=$!
     ( M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters

@@ -243,14 +243,22 @@ def run(args) -> dict[str, Any]:
     control_batch = [dc_replace(r, adapter_name=SOURCE, adapter_path=str(adapters / SOURCE))
                      if r.adapter_name == "FAULT" else r for r in batch]
     control = dict(zip([r.request_key for r in batch], submit(control_batch)))
+    # The control once more: how far two runs of one batch shape differ on this engine with no
+    # fault at all (LoRA shrink's split-K atomics are not deterministic; bench/results/h200_field.md).
+    control2 = dict(zip([r.request_key for r in batch], submit(control_batch)))
     later = dict(zip([r.request_key for r in good], submit(good)))
     later_short = submit([bad[1]])[0]
 
     def cmp(a, b):
         n = min(len(a["tokens"]), len(b["tokens"]))
         d = [abs(x - y) for x, y in zip(a["lp"][:n], b["lp"][:n])]
-        return {"tokens_equal": a["tokens"] == b["tokens"],
+        # Up to and including the first differing token both runs had the same context: a
+        # difference there is the step's own numerics; after it the texts simply diverge.
+        first = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), n)
+        pre = d[: first + 1]
+        return {"tokens_equal": a["tokens"] == b["tokens"], "first_diff": None if first == n else first,
                 "max_dlp": (max(d) if d and all(map(math.isfinite, d)) else None),
+                "same_context_max_dlp": (max(pre) if pre and all(map(math.isfinite, pre)) else None),
                 "finite": b["finite"], "status": b["status"]}
 
     keys = [r.request_key for r in good]
@@ -260,6 +268,7 @@ def run(args) -> dict[str, Any]:
     res["fault_short_later"] = {k: later_short.get(k) for k in ("finite", "status", "text")}
     res["cobatched"] = {k: cmp(ref[k], faulted[k]) for k in keys}
     res["cobatched_vs_control"] = {k: cmp(control[k], faulted[k]) for k in keys}
+    res["control_vs_control"] = {k: cmp(control[k], control2[k]) for k in keys}
     res["later"] = {k: cmp(ref[k], later[k]) for k in keys}
     res["reference_finite"] = all(r["finite"] for r in ref.values())
     res["reference_status"] = {k: v["status"] for k, v in ref.items()}
@@ -267,6 +276,17 @@ def run(args) -> dict[str, Any]:
     def damaged(rows):
         return sorted(k for k, v in rows.items()
                       if not v["finite"] or not v["tokens_equal"] or v["status"] != "ok")
+
+    # Damage, as opposed to run-to-run numerics: not finite, not ok, or a logprob off by more than
+    # NOISE_NATS while the context was still the same (a near tie that flips a greedy token and
+    # lets the text diverge stays under it; a NaN or a leaked delta does not).
+    # NOISE_NATS: verify's floor for the largest one-position difference of two bf16 renderings.
+    from engine_patch.verify import FLOOR_MAX as NOISE_NATS
+
+    def damaged_beyond_noise(rows):
+        return sorted(k for k, v in rows.items()
+                      if not v["finite"] or v["status"] != "ok" or v["same_context_max_dlp"] is None
+                      or v["same_context_max_dlp"] > NOISE_NATS)
 
     fl = res["bad"]["FAULT-long"]
     res["summary"] = {
@@ -276,6 +296,8 @@ def run(args) -> dict[str, Any]:
         "bad_short_ok": res["bad"]["FAULT-short"]["finite"] and res["bad"]["FAULT-short"]["status"] == "ok",
         "cobatched_damaged": damaged(res["cobatched"]),
         "cobatched_differs_from_control": damaged(res["cobatched_vs_control"]),
+        "cobatched_damaged_beyond_noise": damaged_beyond_noise(res["cobatched_vs_control"]),
+        "control_repeat_differs": damaged(res["control_vs_control"]),
         "later_damaged": damaged(res["later"]),
         "good_requests": len(good),
     }

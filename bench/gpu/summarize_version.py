@@ -31,10 +31,13 @@ def fault_row(d: dict) -> dict[str, Any]:
     if "error" in d:
         return {"ran": True, "passed": False, "detail": d["error"].strip().splitlines()[-1][:300]}
     s = d["summary"]
-    passed = (s["bad_long_returned_as"] == "reported failed" and not s["cobatched_differs_from_control"]
+    passed = (s["bad_long_returned_as"] == "reported failed"
+              and not s.get("cobatched_damaged_beyond_noise", s["cobatched_differs_from_control"])
               and not s["later_damaged"] and s["bad_short_ok"])
     return {"ran": True, "passed": passed, "bad_request": s["bad_long_returned_as"],
             "batch_mates_differ_from_control": s["cobatched_differs_from_control"],
+            "batch_mates_damaged_beyond_noise": s.get("cobatched_damaged_beyond_noise"),
+            "control_repeat_differs": s.get("control_repeat_differs"),
             "later_damaged": s["later_damaged"], "good_requests": s["good_requests"],
             "guard_events": [e.get("event") for e in d.get("guard_events", [])]}
 
