@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.timeout(3600)]
 TAG = "ci"
 IMAGE = f"vidlora-gpu:{TAG}"
 # engine_patch.apply() logs one line per patch: "applied NAME: what it covers" or "skip NAME (why)".
-PATCH_LINE = re.compile(r"^engine_patch: (applied|skip) (\S+?)(?::| \()(.*)$", re.M)
+PATCH_LINE = re.compile(r"^engine_patch: (applied|skip) (\S+?)(?:: (.*)| \((.*)\))$", re.M)
 
 
 def _pin(path: str, name: str) -> str:
@@ -104,7 +104,7 @@ def test_the_image_runs_the_locked_vllm_and_engine_patch_applies(gpu_image: Buil
                          capture_output=True, text=True, check=True)
     assert f"NVIDIA_REQUIRE_CUDA=cuda>={facts['cuda']}" in json.loads(env.stdout), env.stdout
     # Every patch said what it did against this vLLM: applied, or skipped with a reason.
-    said = {name: (verdict, why.strip()) for verdict, name, why in PATCH_LINE.findall(out.stdout)}
+    said = {name: (verdict, (covers or why).strip()) for verdict, name, covers, why in PATCH_LINE.findall(out.stdout)}
     assert sorted(said) == sorted(facts["modules"]), out.stdout[-4000:]
     assert sorted(n for n, (v, _) in said.items() if v == "applied") == sorted(facts["applied"])
     assert all(why for _, why in said.values()), said
@@ -132,6 +132,44 @@ def test_doctor_says_no_gpu_is_present(gpu_image: Built, artifacts_dir):
         assert lines.get(name, ("missing",))[0] == "ok  ", (name, out.stdout)
     assert out.returncode == 1, out.stdout
     gpu_image.notes.append(f"vidlora doctor: [FAIL] gpu: {detail}")
+
+
+# Run in the image: ldd -r on every compiled extension of vLLM, with torch's and the nvidia-*
+# wheels' library folders on the search path (vLLM's extensions carry no RPATH; importing torch
+# loads those libraries first). Prints {extension: [missing libraries, undefined symbols]}.
+LINK_CHECK = """
+import glob, json, os, re, subprocess, sysconfig
+site = sysconfig.get_paths()["purelib"]
+libs = sorted({os.path.dirname(p) for p in glob.glob(site + "/torch/lib/*.so*")
+               + glob.glob(site + "/nvidia/**/lib/*.so*", recursive=True)})
+env = dict(os.environ, LD_LIBRARY_PATH=":".join(libs))
+found = {}
+for so in sorted(glob.glob(site + "/vllm/**/*.so", recursive=True)):
+    out = subprocess.run(["ldd", "-r", so], capture_output=True, text=True, env=env)
+    text = out.stdout + out.stderr
+    found[os.path.relpath(so, site)] = [sorted(set(re.findall(r"^\\s*(\\S+) => not found", text, re.M))),
+                                        sorted(set(re.findall(r"undefined symbol: (\\S+)", text)))]
+print(json.dumps(found))
+"""
+
+
+def test_vllms_cuda_kernels_link_against_the_installed_torch_and_cuda(gpu_image: Built):
+    """Without a GPU vLLM falls back to its CPU platform and never loads its CUDA kernels, so
+    import alone would not notice kernels built for another torch. ldd does: the only library
+    missing may be the driver's libcuda.so.1 (the NVIDIA runtime mounts it), and the only
+    unresolved symbols the driver API's (cu*) and the interpreter's (Py*)."""
+    out = gpu_image.run("python", "-c", LINK_CHECK, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    kernels = [so for so in found if "_C" in so]
+    assert "vllm/_C_stable_libtorch.abi3.so" in kernels and len(kernels) >= 5, sorted(found)
+    for so, (missing, undefined) in found.items():
+        assert set(missing) <= {"libcuda.so.1"}, (so, missing)
+        assert all(re.match(r"_?Py|cu[A-Z]", sym) for sym in undefined), (so, undefined)
+    needs_driver = sorted(so for so, (missing, _) in found.items() if missing)
+    assert "vllm/_C_stable_libtorch.abi3.so" in needs_driver
+    gpu_image.notes.append(f"{len(found)} compiled vLLM extensions link; {len(needs_driver)} wait only for the "
+                           "host's libcuda.so.1")
 
 
 def test_the_ca_bundle_is_in_no_layer(gpu_image: Built):
