@@ -586,6 +586,10 @@ def test_gpu_image_installs_the_locked_cuda_wheels_and_cpu_image_has_no_vllm():
     # while the app, the CPU lock or the settings change.
     deps = [args for op, args in ins if op == "COPY" and args.startswith("requirements/")]
     assert deps == ["requirements/lock-gpu.txt /opt/requirements/lock-gpu.txt"], deps
+    # ... and the CPU image's dependency layer does not depend on the GPU lock.
+    cpu_deps = [args for op, args in _instructions(DOCKER_DIR / "cpu.Dockerfile")
+                if op == "COPY" and args.startswith("requirements/")]
+    assert cpu_deps and not any("lock-gpu" in args or args.startswith("requirements/ ") for args in cpu_deps), cpu_deps
     assert "vllm" not in re.sub(r"#.*", "", cpu).lower()
     assert "ffmpeg" in cpu
 
