@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             def _judge_adapter(self, lora):  # noise weights: see --dummy
                 return {"startup_checks": "registration's device checks skipped: dummy weights"}, None
 
-    settings = Settings(model=a.model, max_loras=a.max_loras, max_cpu_loras=max(a.max_loras, len(a.adapter)),
+    roots = {os.path.dirname(os.path.abspath(p)) for p in a.adapter}
+    settings = Settings(model=a.model, adapter_root=roots.pop() if len(roots) == 1 else None, max_loras=a.max_loras, max_cpu_loras=max(a.max_loras, len(a.adapter)),
                         max_lora_rank=a.max_lora_rank, max_model_len=a.max_model_len,
                         max_num_seqs=a.max_num_seqs, enforce_eager=a.eager, served_model_name="")
     host = Host(settings)
