@@ -107,6 +107,7 @@ class CheckOutcome:
     adapter: str | None = None  # None: the no-adapter request
     length: int | None = None   # prompt tokens
     data: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0        # engine time of the check (a batch's time goes to its first row)
 
 
 @dataclass
@@ -166,7 +167,8 @@ def prompts_for(llm) -> dict[int, list[int]]:
     from .verify import make_prompt
 
     tok = llm.get_tokenizer()
-    return {L: make_prompt(tok, L, offset=k) for k, L in enumerate((SHORT_LENGTH, *LONG_LENGTHS))}
+    # The offset follows the length: each length's prompt is the same whichever lengths run.
+    return {L: make_prompt(tok, L, offset=L) for L in (SHORT_LENGTH, *LONG_LENGTHS)}
 
 
 def _compare_rows(llm, prompt: list[int], rows: Sequence[Any], compare_idx: Sequence[int], n: int,
@@ -175,6 +177,7 @@ def _compare_rows(llm, prompt: list[int], rows: Sequence[Any], compare_idx: Sequ
     ``compare_idx`` against the same request alone (module docstring: tolerance)."""
     from .verify import compare_generation, generate
 
+    t0 = time.perf_counter()
     _reset_cache(llm)
     batch = generate(llm, [prompt] * len(rows), list(rows), n)
     alone: dict[str | None, dict] = {}
@@ -183,6 +186,7 @@ def _compare_rows(llm, prompt: list[int], rows: Sequence[Any], compare_idx: Sequ
         if key not in alone:
             _reset_cache(llm)
             alone[key] = generate(llm, [prompt], [rows[i]], n)[0]
+    seconds = time.perf_counter() - t0
     out = []
     for i in compare_idx:
         lr, single, got = rows[i], alone[_name(rows[i])], batch[i]
@@ -202,7 +206,8 @@ def _compare_rows(llm, prompt: list[int], rows: Sequence[Any], compare_idx: Sequ
                       f"{cmp['max']:.3g} max (bound {TOL_MEAN}/{TOL_MAX})")
         out.append(CheckOutcome(check, ok, detail, _name(lr), length,
                                 {"row": i, "diverge_at": cmp["diverge_at"], "near_tie": cmp["near_tie"],
-                                 "mean": cmp["mean"], "max": cmp["max"], "tokens": got["tokens"][:8]}))
+                                 "mean": cmp["mean"], "max": cmp["max"], "tokens": got["tokens"][:8]},
+                                seconds if not out else 0.0))
     return out
 
 
@@ -223,19 +228,23 @@ def long_canary(llm, lora: Any, prompt: list[int], length: int) -> CheckOutcome:
     """(b): probes.canary on a long prompt."""
     from vllm.inputs import TokensPrompt
 
+    t0 = time.perf_counter()
     _reset_cache(llm)
     res = canary(llm, lora, prompt=TokensPrompt(prompt_token_ids=list(prompt)), max_tokens=LONG_TOKENS)
-    return CheckOutcome("long_canary", res.ok, res.detail, _name(lora), length, {"tokens": list(res.tokens)[:8]})
+    return CheckOutcome("long_canary", res.ok, res.detail, _name(lora), length, {"tokens": list(res.tokens)[:8]},
+                        time.perf_counter() - t0)
 
 
 def run_checks(llm, adapters: Mapping[str, Any], *, max_loras: int,
-               sample: int = MAX_LONG_ADAPTERS) -> StartupReport:
-    """Every check (module docstring); never raises for a failed check, only reports it."""
+               sample: int | None = None) -> StartupReport:
+    """Every check (module docstring); never raises for a failed check, only reports it.
+    ``sample``: adapters given long canaries (default ``MAX_LONG_ADAPTERS``)."""
     t0 = time.perf_counter()
     rep = StartupReport()
     prompts = prompts_for(llm)
     names = list(adapters)
-    sampled, rep.not_checked = names[:max(0, sample)], names[max(0, sample):]
+    sample = max(0, MAX_LONG_ADAPTERS if sample is None else sample)
+    sampled, rep.not_checked = names[:sample], names[sample:]
 
     base_ok = True
     for L in LONG_LENGTHS:
@@ -251,7 +260,7 @@ def run_checks(llm, adapters: Mapping[str, Any], *, max_loras: int,
             rep.checks.append(c)
             if not c.ok and base_ok:
                 rep.refused.setdefault(name, f"canary at {L} prompt tokens: {c.detail}")
-    mates = [adapters[n] for n in sampled if n not in rep.refused][:max(1, max_loras)]
+    mates = [adapters[n] for n in names if n not in rep.refused][:max(1, max_loras)]
     if mates:
         for c in mixed_decode(llm, mates, prompts[SHORT_LENGTH]):
             rep.checks.append(c)
