@@ -69,7 +69,8 @@ def run(loglevel: str = "INFO") -> int:
         # Never serve silently wrong output: say why where status, doctor and the Scenarios
         # page look, then stop.
         log.error("GPU worker %s refuses to start: %s", name, refusal)
-        canary = host.last_canary() or {"ok": False, "detail": refusal, "reason": refusal, "step": "startup_checks"}
+        canary = host.last_canary() or {"ok": False, "detail": f"start-up checks: {refusal}",
+                                        "reason": f"start-up checks: {refusal}", "step": "startup_checks"}
         registry.upsert(name, queue, status=WorkerStatus.STOPPED, last_canary=canary)
         return EXIT_STARTUP_REFUSED
     with session_scope() as session:
