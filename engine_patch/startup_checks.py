@@ -246,35 +246,35 @@ def run_checks(llm, adapters: Mapping[str, Any], *, max_loras: int,
     sample = max(0, MAX_LONG_ADAPTERS if sample is None else sample)
     sampled, rep.not_checked = names[:sample], names[sample:]
 
+    known = {_name(lr): n for n, lr in adapters.items()}
+
+    def add(c: CheckOutcome) -> CheckOutcome:
+        # Names as the caller knows them, not vLLM's (a reloaded adapter's is tagged).
+        c.adapter = known.get(c.adapter, c.adapter) if c.adapter is not None else None
+        rep.checks.append(c)
+        return c
+
     base_ok = True
     for L in LONG_LENGTHS:
-        c = long_canary(llm, None, prompts[L], L)
-        rep.checks.append(c)
+        c = add(long_canary(llm, None, prompts[L], L))
         if not c.ok:
             base_ok = False
             rep.engine_failure = f"base model canary at {L} prompt tokens: {c.detail}"
     for name in sampled:
         for L in LONG_LENGTHS:
-            c = long_canary(llm, adapters[name], prompts[L], L)
-            c.adapter = name
-            rep.checks.append(c)
+            c = add(long_canary(llm, adapters[name], prompts[L], L))
             if not c.ok and base_ok:
                 rep.refused.setdefault(name, f"canary at {L} prompt tokens: {c.detail}")
     mates = [adapters[n] for n in names if n not in rep.refused][:max(1, max_loras)]
     if mates:
-        for c in mixed_decode(llm, mates, prompts[SHORT_LENGTH]):
-            rep.checks.append(c)
+        for c in map(add, mixed_decode(llm, mates, prompts[SHORT_LENGTH])):
             if not c.ok and rep.engine_failure is None:
                 rep.engine_failure = (f"mixed-adapter decode: the {c.adapter or 'no-adapter'} request "
                                       f"{c.detail}")
         L = LONG_LENGTHS[-1]
-        c = no_adapter_cobatched(llm, mates, prompts[L], L)
-        rep.checks.append(c)
+        c = add(no_adapter_cobatched(llm, mates, prompts[L], L))
         if not c.ok and rep.engine_failure is None:
             rep.engine_failure = f"no-adapter request at {L} prompt tokens {c.detail}"
-    for c in rep.checks:  # names as the caller knows them, not vLLM's (a reload tags them)
-        if c.adapter is not None:
-            c.adapter = next((n for n, lr in adapters.items() if _name(lr) == c.adapter), c.adapter)
     rep.seconds = time.perf_counter() - t0
     log.info("start-up checks: %s", rep.summary())
     return rep
