@@ -60,7 +60,8 @@ def run(loglevel: str = "INFO") -> int:
             # the first batch: a refused one is shown unavailable and its analyses fail with why.
             for scenario, path in sorted(adapters.items()):
                 host.register_adapter(scenario, path)
-            host.startup_checks()
+            if settings.startup_checks:
+                host.startup_checks()
         except (StartupCheckError, SelfCheckError) as exc:
             refusal = str(exc)
     finally:

@@ -56,6 +56,7 @@ def test_a_worker_that_fails_its_start_up_checks_refuses_to_start_and_says_why(d
 
     name = f"refuses-{uuid.uuid4().hex[:6]}"
     monkeypatch.setenv("VIDLORA_WORKER_NAME", name)
+    monkeypatch.setenv("VIDLORA_STARTUP_CHECKS", "true")  # tests/conftest.py turns them off for real workers
     reset_settings()
     monkeypatch.setattr(RefusingHost, "fail_in", fail_in)
     monkeypatch.setattr(RefusingHost, "registered", [])
