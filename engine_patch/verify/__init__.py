@@ -36,8 +36,8 @@ Four checks, each on the real engine (exit status 1 if any fails):
     (GDN recurrent state, conv state, prefix-cache blocks) survives a request.
 (d) **no-adapter request, LoRA engine vs no-LoRA engine** (vLLM #49063): greedy continuations
     of the no-adapter prompts (every length) on an engine built without LoRA, then on the
-    dynamic-LoRA engine, alone (rows ``nolora~lora``) and each co-batched with an adapter
-    request on the same prompt (rows ``nolora~lora_cobatched``). Tokens must agree and
+    dynamic-LoRA engine, alone (rows ``nolora~lora``) and each co-batched with a request for
+    every adapter on the same prompt (rows ``nolora~lora_cobatched``). Tokens must agree and
     logprobs stay within the base-noise tolerance; ``identical`` says whether they are bit
     for bit. This is the form of #49063 that one engine cannot see (enabling LoRA changes
     the no-adapter path even alone), which the GPU worker's start-up checks
@@ -597,10 +597,12 @@ def run(o: Options) -> dict:
         # The same batch as on the no-LoRA engine, then each prompt beside an adapter request.
         no_lora_raw["lora"] = _safe(out, "d.lora_engine", lambda: generate(llm, nd_prompts, [None] * len(nd_prompts),
                                                                            o.max_new_tokens))
-        mixed_d = [x for k, p in enumerate(nd_prompts) for x in ((p, None), (p, loras[k % n_ad]))]
+        # Every adapter beside it: a no-adapter row that reads some slot's weights (the CPU ops'
+        # weights[-1]) shows only when that slot is loaded.
+        mixed_d = [x for p in nd_prompts for x in ((p, None), *((p, lr) for lr in loras))]
         g = _safe(out, "d.lora_engine_cobatched", lambda: generate(llm, [p for p, _ in mixed_d],
                                                                    [lr for _, lr in mixed_d], o.max_new_tokens))
-        no_lora_raw["lora_cobatched"] = None if g is None else g[0::2]
+        no_lora_raw["lora_cobatched"] = None if g is None else g[0::1 + n_ad]
         no_lora_raw["plain"] = plain_gen
     dyn_scores: dict[int, dict[int, dict]] = {}
     base_scores: dict[int, dict[int, dict]] = {}  # base on each adapter's sequences (the adapter's effect)
@@ -800,7 +802,7 @@ def evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scor
                        identical=plain[k]["tokens"] == got[k]["tokens"] and plain[k]["lp"] == got[k]["lp"])
             rows.append(row)
             if not g["ok"]:
-                failures.append(f"no-adapter request L={L}: the LoRA engine ({'co-batched with an adapter' if mode != 'lora' else 'alone'}) "
+                failures.append(f"no-adapter request L={L}: the LoRA engine ({'co-batched with adapters' if mode != 'lora' else 'alone'}) "
                                 f"differs from the engine without LoRA: diverges at token {g['diverge_at']}, "
                                 f"max |dlogprob| {_f(g['max'])} (vLLM #49063)")
     return {"rows": rows, "mixed": mixed, "long_short": ls_out, "failures": failures,

@@ -134,11 +134,11 @@ def test_verify_without_patch_fails_on_mixed_batch_with_base_requests(tmp_path):
     assert rc == 1 and not res["ok"] and res["patches"] == []
     base_in_mixed = [m for m in res["mixed"] if m["batch"] == "with_no_adapter" and m["adapter"] is None]
     assert base_in_mixed and not all(m["generate"]["ok"] for m in base_in_mixed), base_in_mixed
-    # (d): alone the no-adapter request is the no-LoRA engine's; beside an adapter it is not (#49063).
+    # (d): alone the no-adapter request is the no-LoRA engine's; beside the adapters it is not (#49063).
     [alone] = [r for r in res["rows"] if r["pair"] == "nolora~lora"]
     [mixed] = [r for r in res["rows"] if r["pair"] == "nolora~lora_cobatched"]
     assert alone["ok"] and not mixed["ok"], (alone, mixed)
-    assert any(f.startswith("no-adapter request L=16: the LoRA engine (co-batched with an adapter) differs")
+    assert any(f.startswith("no-adapter request L=16: the LoRA engine (co-batched with adapters) differs")
                for f in res["failures"])
     assert "VERIFY FAIL" in stdout
 
