@@ -23,8 +23,9 @@ The checks, what each catches and what it cannot
     no-adapter rows, a graph replayed with a stale adapter mapping, any batch-composition
     dependence larger than bf16 noise. Cannot catch: a defect the lone run has too (both
     equally wrong: that is (b) and the offline ``engine_patch.verify``), a defect only at
-    batch sizes or adapter counts other than the two run here, or a mix-up between two
-    adapters whose outputs differ by less than the tolerance.
+    batch sizes or adapter counts other than the two run here, a mix-up between two
+    adapters whose outputs differ by less than the tolerance, or a no-adapter row reading an
+    empty slot (the CPU ops' weights[-1]) when fewer adapters than slots are registered.
 (b) ``long_canary`` (the field failure began above ~400 prompt tokens; 128 is a kernel block
     and chunk boundary). ``probes.canary`` on prompts of ``LONG_LENGTHS`` tokens (natural
     prose), for the base model and each sampled adapter: both greedy runs healthy per
