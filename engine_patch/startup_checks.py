@@ -1,8 +1,9 @@
 """Start-up self-checks through the live engine, for the failure classes others hit (issue 36).
 
 The GPU worker runs them once, after its adapters are registered and before its first batch
-(``workers.engine_host.EngineHost.startup_checks``); ``python -m engine_patch.startup_checks``
-runs the same checks on a device and writes them as JSON (``bench/gpu/device_run.sh selfcheck``).
+(``workers.engine_host.EngineHost.startup_checks``); ``python -m bench.gpu.selfcheck`` runs
+them through the worker's engine host on a device and writes them as JSON
+(``bench/gpu/device_run.sh selfcheck``).
 ``engine_patch.selfcheck`` checks the LoRA kernels before the engine exists; these checks go
 through the engine itself: its scheduler, its batches and, on a GPU, its CUDA graphs.
 
@@ -73,10 +74,8 @@ What a failure does (the worker's side, ``EngineHost.startup_checks``)
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -138,16 +137,16 @@ class StartupReport:
         return {"ok": self.ok, "detail": self.summary(), "seconds": round(self.seconds, 2),
                 "engine_failure": self.engine_failure, "refused": dict(self.refused),
                 "not_checked": list(self.not_checked),
-                "checks": [_jsonable(asdict(c)) for c in self.checks]}
+                "checks": [jsonable(asdict(c)) for c in self.checks]}
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     return x
 
 
@@ -279,85 +278,3 @@ def run_checks(llm, adapters: Mapping[str, Any], *, max_loras: int,
     rep.seconds = time.perf_counter() - t0
     log.info("start-up checks: %s", rep.summary())
     return rep
-
-
-# -- the device run ---------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    """``python -m engine_patch.startup_checks --model M --adapter A ... [--json out]``: the
-    worker's engine (``EngineHost``, its registration and its reaction to a failure) on this
-    device, the checks' report as JSON. Exit 0: the worker would serve; 1: it would refuse."""
-    import argparse
-    import os
-
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    ap = argparse.ArgumentParser(prog="python -m engine_patch.startup_checks", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--adapter", action="append", default=[], help="PEFT adapter dir (repeat)")
-    ap.add_argument("--max-loras", type=int, default=4)
-    ap.add_argument("--max-lora-rank", type=int, default=64)
-    ap.add_argument("--max-model-len", type=int, default=4096)
-    ap.add_argument("--max-num-seqs", type=int, default=16)
-    ap.add_argument("--eager", action="store_true", help="enforce_eager (default: CUDA graphs, as the worker)")
-    ap.add_argument("--dummy", action="store_true",
-                    help="load_format=dummy (a shape-only model): the adapter-effect and canary checks of "
-                         "registration cannot judge noise, so only the comparisons (a, c) decide")
-    ap.add_argument("--llm-kwargs", default="{}", help="extra vllm.LLM kwargs as JSON")
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
-    from vidlora.config import Settings
-    from workers.engine_host import EngineHost
-
-    extra = json.loads(a.llm_kwargs)
-    if a.dummy:
-        extra["load_format"] = "dummy"
-
-    class Host(EngineHost):
-        def engine_kwargs(self) -> dict[str, Any]:
-            kw = super().engine_kwargs()
-            kw["limit_mm_per_prompt"] = {"video": 0, "image": 0}  # text prompts only
-            kw.update(extra)
-            return kw
-
-        if a.dummy:
-            def _judge_adapter(self, lora):  # noise weights: see --dummy
-                return {"startup_checks": "registration's device checks skipped: dummy weights"}, None
-
-    roots = {os.path.dirname(os.path.abspath(p)) for p in a.adapter}
-    settings = Settings(model=a.model, adapter_root=roots.pop() if len(roots) == 1 else None, max_loras=a.max_loras, max_cpu_loras=max(a.max_loras, len(a.adapter)),
-                        max_lora_rank=a.max_lora_rank, max_model_len=a.max_model_len,
-                        max_num_seqs=a.max_num_seqs, enforce_eager=a.eager, served_model_name="")
-    host = Host(settings)
-    t0 = time.perf_counter()
-    host.start()
-    out: dict[str, Any] = {"engine_start_s": round(time.perf_counter() - t0, 1),
-                           "engine_kwargs": host.engine_kwargs(), "dummy": a.dummy}
-    for path in a.adapter:
-        host.register_adapter(os.path.basename(os.path.normpath(path)), path)
-    out["registrations"] = {k: {"ok": v["ok"], "reason": v["reason"], "stage": v.get("stage")}
-                            for k, v in host.registrations().items()}
-    try:
-        out["startup_checks"] = host.startup_checks()
-        out["serves"] = True
-    except StartupCheckError as exc:
-        out["startup_checks"] = host.startup_report
-        out["serves"], out["refusal"] = False, str(exc)
-    out["enforce_eager_at_end"] = bool(host.settings.enforce_eager)
-    out["registrations_after"] = {k: {"ok": v["ok"], "reason": v["reason"], "stage": v.get("stage")}
-                                  for k, v in host.registrations().items()}
-    from .env import versions
-
-    out["versions"] = versions()
-    text = json.dumps(_jsonable(out), indent=1, default=str)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text[-4000:])
-    print("STARTUP CHECKS " + ("PASS" if out["serves"] else "REFUSE") +
-          f" in {out['startup_checks'].get('seconds') if out['startup_checks'] else '-'}s")
-    return 0 if out["serves"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@
 #          stream   issue 35: the streaming worker's engine loop vs the bare engine, 256 in flight
 #          stream2k issue 35: ~2,000-token prompts traced per step (stream2k_b: profile window,
 #                   3-vs-1 adapters; stream2k_c: a 65,536-token prefill budget)
-#          selfcheck issue 36: the GPU worker's start-up checks (engine_patch.startup_checks) through
+#          selfcheck issue 36: the GPU worker's start-up checks (bench/gpu/selfcheck.py) through
 #                   its own EngineHost: tiny model with CUDA graphs and eager, verify check d (no-adapter
 #                   request, LoRA engine vs no-LoRA engine), the 27B-shape dummy engine with graphs
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
@@ -120,7 +120,7 @@ selfcheck_run() {  # label model eager(0/1) llm-kwargs "more args" adapters...  
   [ "$eager" = 1 ] && args+=(--eager)
   [ -f $RES/selfcheck_$label.json ] && return  # done earlier on this (still warm) machine
   log "selfcheck $label"
-  timeout $(( $(left) - 5 )) python3 -m engine_patch.startup_checks --model "$model" "${args[@]}" $more \
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.selfcheck --model "$model" "${args[@]}" $more \
     --llm-kwargs "$kw" --json $RES/selfcheck_$label.json > $RES/selfcheck_$label.log 2>&1
   log "selfcheck $label rc=$? $(grep '^STARTUP CHECKS' $RES/selfcheck_$label.log)"
 }
