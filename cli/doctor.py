@@ -96,6 +96,13 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
                 checks.append(Check(f"canary {w.name}", canary.get("ok", True) is not False,
                                     str(canary.get("detail") or canary or "not run yet")[:200],
                                     "see the worker log; restart the worker to rebuild its engine"))
+            # A worker that refused to start is stopped, not alive: its reason is on its row.
+            for w in session.scalars(select(Worker).where(Worker.status == WorkerStatus.STOPPED)).all():
+                canary = w.last_canary or {}
+                if canary.get("step") == "startup_checks" and canary.get("ok") is False:
+                    checks.append(Check(f"worker {w.name}", False, f"refused to start: {canary.get('reason')}"[:400],
+                                        "see docs/support-matrix.md (start-up checks); fix the device or the "
+                                        "engine settings named, then start the worker again"))
             checks += [_adapter_check(s, settings) for s in scenarios]
     except Exception as exc:
         checks.append(Check("registry", False, f"{type(exc).__name__}: {exc}"[:300], "fix the database first"))

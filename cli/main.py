@@ -137,6 +137,9 @@ def _print_workers(as_json: bool) -> None:
         click.echo("no GPU worker has reported yet (start one with: vidlora worker gpu)")
     for w in rows:
         click.echo(f"{w['name']:<28} {w['health']:<9} {stream_words(w['stream'])}")
+        canary = w.get("last_canary") or {}
+        if canary.get("ok") is False:  # a failed canary, or the start-up checks that stopped it
+            click.echo(f"{'':<28} {canary.get('reason') or canary.get('detail')}")
 
 
 def _print_latency(window: str, as_json: bool) -> None:

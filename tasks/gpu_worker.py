@@ -6,6 +6,11 @@ in this process, next to the engine. In streaming mode (the default) the engine 
 one engine thread (``tasks.gpu_stream``) and analysis tasks hand their work to it; on the way
 out it drains what is in flight and gives the rest back, and the worker exits 75 when its
 engine must be replaced.
+
+Before consuming, the engine passes its start-up checks (engine_patch.startup_checks, after the
+adapters are registered): an adapter that fails its own is refused; an engine that fails (and
+that no mitigation fixed), or a LoRA kernel self-check that fails, makes the worker refuse to
+start: it writes the reason on its heartbeat row (stopped, last canary failed) and exits 78.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from workers import registry, runtime
 
 log = logging.getLogger(__name__)
 
+# EX_CONFIG: this engine on this device must not serve; a restart runs the checks again.
+EXIT_STARTUP_REFUSED = 78
+
 
 def run(loglevel: str = "INFO") -> int:
     from sqlalchemy import select
@@ -27,6 +35,8 @@ def run(loglevel: str = "INFO") -> int:
     from vidlora.db import session_scope
     from vidlora.models import Scenario
     from vidlora.scenarios import Generation, record_registrations, sync_from_settings
+    from engine_patch.selfcheck import SelfCheckError
+    from engine_patch.startup_checks import StartupCheckError
     from workers.engine_host import EngineHost
 
     settings = get_settings()
@@ -41,15 +51,29 @@ def run(loglevel: str = "INFO") -> int:
     # row keeps beating "starting" meanwhile, so no one sees a red "stale" for a worker coming up.
     starting = registry.Heartbeat(name, queue, lambda: {"status": WorkerStatus.STARTING}, settings.heartbeat_s)
     starting.start()
+    refusal = None
     try:
         host = EngineHost(settings)
-        host.start()
-        # Every scenario's adapter through the one registration path, on this device, before
-        # the first batch: a refused one is shown unavailable and its analyses fail with why.
-        for scenario, path in sorted(adapters.items()):
-            host.register_adapter(scenario, path)
+        try:
+            host.start()
+            # Every scenario's adapter through the one registration path, on this device, before
+            # the first batch: a refused one is shown unavailable and its analyses fail with why.
+            for scenario, path in sorted(adapters.items()):
+                host.register_adapter(scenario, path)
+            if settings.startup_checks:
+                host.startup_checks()
+        except (StartupCheckError, SelfCheckError) as exc:
+            refusal = str(exc)
     finally:
         starting.stop(mark=False)
+    if refusal is not None:
+        # Never serve silently wrong output: say why where status, doctor and the Scenarios
+        # page look, then stop.
+        log.error("GPU worker %s refuses to start: %s", name, refusal)
+        canary = host.last_canary() or {"ok": False, "detail": f"start-up checks: {refusal}",
+                                        "reason": f"start-up checks: {refusal}", "step": "startup_checks"}
+        registry.upsert(name, queue, status=WorkerStatus.STOPPED, last_canary=canary)
+        return EXIT_STARTUP_REFUSED
     with session_scope() as session:
         record_registrations(session, host.registrations())
     runtime.install(host, name)

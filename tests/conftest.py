@@ -90,6 +90,9 @@ def pytest_configure(config):
     os.environ.setdefault("VIDLORA_MODEL", os.environ["VIDLORA_TINY_MODEL_DIR"] + "/base")
     os.environ.setdefault("VIDLORA_ADAPTER_ROOT", os.environ["VIDLORA_TINY_MODEL_DIR"] + "/adapters")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # Every GPU worker start would run them (~20 engine runs each on the CPU); they and the
+    # worker's refusal are tested in tests/workers/test_engine_host.py, tests/tasks/test_gpu_worker.py.
+    os.environ.setdefault("VIDLORA_STARTUP_CHECKS", "false")
 
 
 @pytest.fixture(scope="session")

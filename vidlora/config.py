@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     # frees the device memory, else the worker exits for its supervisor to restart it;
     # "replace" always restarts the worker process.
     engine_rebuild: str = "auto"
+    # The GPU worker's start-up checks through its engine (engine_patch.startup_checks): seconds
+    # on a GPU. Off only where something else covers them (the test suite's many worker starts).
+    startup_checks: bool = True
 
     # -- the feedback loop (vidlora.feedback) ---------------------------------------------
     # A number in a structured answer counts as right within this share of its schema range

@@ -142,7 +142,7 @@ def canary_summary(canary: dict[str, Any] | None, now: datetime | None = None) -
         when_text = ", " + age(datetime.fromtimestamp(canary["at"], timezone.utc), now)
     if canary.get("ok"):
         return f"healthy{when_text}", "good"
-    return f"failed: {canary.get('reason') or 'no reason given'}{when_text}", "bad"
+    return f"failed: {canary.get('reason') or canary.get('detail') or 'no reason given'}{when_text}", "bad"
 
 
 def describe_sampling(stored: dict[str, Any] | None) -> str:

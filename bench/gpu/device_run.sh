@@ -16,6 +16,9 @@
 #                   fault on/off + forced rebuild | verify text 16-8,192 + video + 16k-32k | field cells (tiny model)
 #          vbench   issue 36: the bench rows (no LoRA, 1 adapter, 3 mixed; 16 and 256 in flight) at the
 #                   27B layer shapes (VBENCH_LAYERS deep, default 16), alone on the GPU
+#          selfcheck issue 36: the GPU worker's start-up checks (bench/gpu/selfcheck.py) through
+#                   its own EngineHost: tiny model with CUDA graphs and eager, verify check d (no-adapter
+#                   request, LoRA engine vs no-LoRA engine), the 27B-shape dummy engine with graphs
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -113,6 +116,27 @@ verify_video() {
     --adapter $A/artifact_identification --adapter $A/tomb_structure $VIDEO_ARGS --max-new-tokens 16 \
     --json $RES/verify_video.json --llm-kwargs "$VERIFYKW" --workdir $SCRATCH/verify_video > $RES/verify_video.log 2>&1
   log "verify video rc=$?"; tail -4 $RES/verify_video.log | cut -c1-300
+}
+
+selfcheck_run() {  # label model eager(0/1) llm-kwargs "more args" adapters...  (issue 36)
+  local label=$1 model=$2 eager=$3 kw=$4 more=$5; shift 5
+  local args=() a; for a in "$@"; do args+=(--adapter "$a"); done
+  [ "$eager" = 1 ] && args+=(--eager)
+  [ -f $RES/selfcheck_$label.json ] && return  # done earlier on this (still warm) machine
+  log "selfcheck $label"
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.selfcheck --model "$model" "${args[@]}" $more \
+    --llm-kwargs "$kw" --json $RES/selfcheck_$label.json > $RES/selfcheck_$label.log 2>&1
+  log "selfcheck $label rc=$? $(grep '^STARTUP CHECKS' $RES/selfcheck_$label.log)"
+}
+
+verify_nolora() {  # issue 36: verify check d with CUDA graphs, the worker's mode
+  log "verify nolora"
+  local A=$REPO/var/tiny-model/adapters
+  timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
+    --adapter $A/artifact_identification --adapter $A/tomb_structure --checks d --lengths 16,150,450 \
+    --json $RES/verify_nolora.json --llm-kwargs '{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "enforce_eager": false}' \
+    --workdir $SCRATCH/verify_nolora > $RES/verify_nolora.log 2>&1
+  log "verify nolora rc=$?"; tail -3 $RES/verify_nolora.log | cut -c1-300
 }
 
 # Issue 18: the field's request sequence (bench/gpu/field_repro.py), one engine per cell, in
@@ -283,6 +307,19 @@ case $STAGE in
     # CPU-s per clip again with the GPU idle, and clips/hour from 8 processes at once
     [ $(left) -gt 60 ] && timeout $(( $(left) - 5 )) python3 -m bench.gpu.videos --out $SCRATCH/vid --parallel-only --workers 8 >> $RES/videos.log 2>&1
     cp $SCRATCH/vid/manifest.json $RES/videos_manifest.json; tail -3 $RES/videos.log
+    ;;
+  selfcheck)  # issue 36: start-up checks as the worker runs them (exit 0: it would serve; 1: refuse)
+    TM=$REPO/var/tiny-model/base TA=$REPO/var/tiny-model/adapters
+    TKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.3}'
+    TAD=($TA/artifact_identification $TA/murals_inscriptions $TA/tomb_structure)
+    selfcheck_run tiny_graphs $TM 0 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
+    [ $(left) -gt 90 ] && selfcheck_run tiny_eager $TM 1 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
+    [ $(left) -gt 120 ] && [ ! -f $RES/verify_nolora.json ] && verify_nolora
+    if [ $(left) -gt 300 ]; then
+      [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+      selfcheck_run b27_graphs $ASSETS/model 0 '{"gdn_prefill_backend": "triton"}' "--dummy --max-lora-rank 64" \
+        $ASSETS/adapters/a00 $ASSETS/adapters/a01 $ASSETS/adapters/a02
+    fi
     ;;
   tiny)
     [ -f $REPO/engine_patch/verify/ ] && verify on

@@ -98,9 +98,11 @@ def registration_token_ids(base: Path) -> set[int]:
             for t in tok(p, add_special_tokens=False)["input_ids"]}
 
 
-def make_fault_adapter(tiny: Path, out: Path, source: str = SOURCE) -> dict[str, Any]:
+def make_fault_adapter(tiny: Path, out: Path, source: str = SOURCE,
+                       candidates: list[int] | None = None) -> dict[str, Any]:
     """The faulty adapter (module docstring) from ``tiny``'s adapter ``source``; its trigger
-    token never occurs in the registration prompts, so the damage appears only at run time."""
+    token never occurs in the registration prompts, so the damage appears only at run time.
+    ``candidates``: the token ids the trigger may be (default: ordinary BPE tokens)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -108,7 +110,7 @@ def make_fault_adapter(tiny: Path, out: Path, source: str = SOURCE) -> dict[str,
     x = layer0_inputs(tiny / "base")
     # Candidates: ordinary BPE tokens (not specials), from the top of the merge list.
     avoid = registration_token_ids(tiny / "base")
-    T, a, info = solve_direction(x, [t for t in range(256, 448) if t not in avoid])
+    T, a, info = solve_direction(x, [t for t in (candidates or range(256, 448)) if t not in avoid])
     tensors = load_file(str(src / "adapter_model.safetensors"))
     key = f"base_model.model.model.language_model.layers.{LAYER}.linear_attn.in_proj_z"
     A, B = tensors[f"{key}.lora_A.weight"].clone(), tensors[f"{key}.lora_B.weight"].clone()

@@ -2,7 +2,7 @@
 
     python -m engine_patch.verify --model M --adapter A [--adapter B ...] [--merged M2 ...]
         [--lengths 16,127,128,129,450,2048] [--json out.json] [--no-patch] [--dtype bfloat16]
-        [--max-new-tokens 16] [--llm-kwargs '{"gdn_prefill_backend": "triton"}'] [--checks a,b,c]
+        [--max-new-tokens 16] [--llm-kwargs '{"gdn_prefill_backend": "triton"}'] [--checks a,b,c,d]
         [--video [PATH] [--video-frames 4] [--video-max-pixels 16384]]
 
 Adapters go through engine_patch.registration.AdapterRegistry, the one adapter path the GPU
@@ -14,7 +14,7 @@ directories as given (upstream behaviour).
 --video: check (a) on a chat-templated video request built by the worker's own code
 (engine_patch.verify.video explains it).
 
-Three checks, each on the real engine (exit status 1 if any fails):
+Four checks, each on the real engine (exit status 1 if any fails):
 
 (a) **accuracy** per adapter and prompt length: the prompt (natural text cut to exactly L
     tokens) gets a greedy continuation from the *merged* engine; that one token sequence
@@ -34,6 +34,14 @@ Three checks, each on the real engine (exit status 1 if any fails):
 (c) **long-then-short**: short prompts run on the fresh engine first; after long prompts
     (every adapter and base) the same short prompts must give the same result: no state
     (GDN recurrent state, conv state, prefix-cache blocks) survives a request.
+(d) **no-adapter request, LoRA engine vs no-LoRA engine** (vLLM #49063): greedy continuations
+    of the no-adapter prompts (every length) on an engine built without LoRA, then on the
+    dynamic-LoRA engine, alone (rows ``nolora~lora``) and each co-batched with a request for
+    every adapter on the same prompt (rows ``nolora~lora_cobatched``). Tokens must agree and
+    logprobs stay within the base-noise tolerance; ``identical`` says whether they are bit
+    for bit. This is the form of #49063 that one engine cannot see (enabling LoRA changes
+    the no-adapter path even alone), which the GPU worker's start-up checks
+    (engine_patch.startup_checks) therefore leave to this run.
 
 Tolerance (the decision, recorded in the JSON under "tolerance")
 -----------------------------------------------------------------
@@ -67,7 +75,7 @@ adapter's own effect (dyn~base) is not above tol_mean the check cannot tell "app
 from "ignored": that row is flagged "inconclusive" (reported, not failed).
 Sanity: merged~ref itself must be within max(FLOOR, K * base noise) -- otherwise the
 merge or the reference is broken and the yardstick is void (a failure, "merged_sanity").
-(b) and (c) compare the dynamic engine with itself; they use the same tol_mean/tol_max
+(b), (c) and (d) compare vLLM engines with each other; they use the same tol_mean/tol_max
 (from the base noise at the nearest measured length, or the floors). Generated tokens
 may part at a near tie only (the other run took the single run's runner-up, margin and that
 token's logprob within tol_max): reported, not failed.
@@ -137,7 +145,7 @@ class Options:
     ref_device: str | None = None
     patch: bool = True
     prepare: bool = True
-    checks: tuple[str, ...] = ("a", "b", "c")
+    checks: tuple[str, ...] = ("a", "b", "c", "d")
     llm_kwargs: dict[str, Any] = field(default_factory=dict)
     workdir: Path | None = None
     k: float = K
@@ -562,7 +570,19 @@ def run(o: Options) -> dict:
             close_llm(llm)
             timing[f"merged_{i}"] = time.time() - t
 
-    # (a.2, b, c) the dynamic-LoRA engine.
+    # (d.1) the no-adapter prompts on an engine without LoRA: the reference for (d).
+    nd_prompts = [prompts[L] for L in lengths]
+    plain_gen = None
+    if "d" in o.checks:
+        t = time.time()
+        llm = make_llm(**llm_args(o.model, o, lora=False, max_rank=0, max_loras=0))
+        plain_gen = _safe(out, "d.no_lora_engine", lambda: generate(llm, nd_prompts, [None] * len(nd_prompts),
+                                                                    o.max_new_tokens))
+        close_llm(llm)
+        out.pop("engine_dead", None)  # the next engine is a new one
+        timing["no_lora"] = time.time() - t
+
+    # (a.2, b, c, d.2) the dynamic-LoRA engine.
     t = time.time()
     loras, max_rank = _lora_requests(o, ads)
     llm = make_llm(**llm_args(o.model, o, lora=True, max_rank=max_rank, max_loras=n_ad))
@@ -572,6 +592,18 @@ def run(o: Options) -> dict:
     if "c" in o.checks:  # before anything else runs on this engine
         for vi, lr in enumerate(variants):
             fresh[vi] = _safe(out, f"c.fresh[{vi}]", lambda lr=lr: generate(llm, short, [lr] * len(short), o.max_new_tokens))
+    no_lora_raw: dict[str, Any] = {}
+    if plain_gen is not None:
+        # The same batch as on the no-LoRA engine, then each prompt beside an adapter request.
+        no_lora_raw["lora"] = _safe(out, "d.lora_engine", lambda: generate(llm, nd_prompts, [None] * len(nd_prompts),
+                                                                           o.max_new_tokens))
+        # Every adapter beside it: a no-adapter row that reads some slot's weights (the CPU ops'
+        # weights[-1]) shows only when that slot is loaded.
+        mixed_d = [x for p in nd_prompts for x in ((p, None), *((p, lr) for lr in loras))]
+        g = _safe(out, "d.lora_engine_cobatched", lambda: generate(llm, [p for p, _ in mixed_d],
+                                                                   [lr for _, lr in mixed_d], o.max_new_tokens))
+        no_lora_raw["lora_cobatched"] = None if g is None else g[0::1 + n_ad]
+        no_lora_raw["plain"] = plain_gen
     dyn_scores: dict[int, dict[int, dict]] = {}
     base_scores: dict[int, dict[int, dict]] = {}  # base on each adapter's sequences (the adapter's effect)
     if "a" in o.checks:
@@ -638,7 +670,7 @@ def run(o: Options) -> dict:
         timing["reference"] = time.time() - t
 
     out.update(evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scores, base_ref,
-                        mixed_raw, long_short, short))
+                        mixed_raw, long_short, short, no_lora_raw))
     for r in out["rows"]:
         r["mode"] = "text"
     out["timing_s"] = {k: round(v, 1) for k, v in timing.items()}
@@ -646,7 +678,7 @@ def run(o: Options) -> dict:
 
 
 def evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scores, base_ref,
-             mixed_raw, long_short, short) -> dict:
+             mixed_raw, long_short, short, no_lora_raw=None) -> dict:
     rows: list[dict] = []
     failures: list[str] = []
     noise: dict[int, tuple[float, float]] = {}
@@ -751,6 +783,28 @@ def evaluate(o, lengths, loras, merged_scores, dyn_scores, base_scores, ref_scor
         if not ok:
             failures.append(f"long-then-short: variant {e['variant']} after a long prompt of variant "
                             f"{e['after_long_of']} differs from the fresh engine")
+    no_lora_raw = no_lora_raw or {}
+    for mode, pair in (("lora", "nolora~lora"), ("lora_cobatched", "nolora~lora_cobatched")):
+        if "plain" not in no_lora_raw:
+            break
+        plain, got = no_lora_raw["plain"], no_lora_raw.get(mode)
+        for k, L in enumerate(lengths):
+            row: dict[str, Any] = {"adapter": "(none)", "length": L, "pair": pair, "role": "check", "agree": None}
+            if plain is None or got is None:
+                row.update(ok=False, mean=None, max=None, error=True)
+                failures.append(f"no-adapter request L={L} ({pair}): a run failed (see errors)")
+                rows.append(row)
+                continue
+            tm, tx = tol_at(L)
+            g = compare_generation(plain[k], got[k], tm, tx)
+            row.update(ok=g["ok"], mean=g["mean"], max=g["max"], n=g["n"], diverge_at=g["diverge_at"],
+                       near_tie=g["near_tie"], tol_mean=tm, tol_max=tx,
+                       identical=plain[k]["tokens"] == got[k]["tokens"] and plain[k]["lp"] == got[k]["lp"])
+            rows.append(row)
+            if not g["ok"]:
+                failures.append(f"no-adapter request L={L}: the LoRA engine ({'co-batched with adapters' if mode != 'lora' else 'alone'}) "
+                                f"differs from the engine without LoRA: diverges at token {g['diverge_at']}, "
+                                f"max |dlogprob| {_f(g['max'])} (vLLM #49063)")
     return {"rows": rows, "mixed": mixed, "long_short": ls_out, "failures": failures,
             "inconclusive": [f"{r['adapter']} L={r['length']}" for r in rows if r.get("inconclusive")]}
 
@@ -772,6 +826,8 @@ def table(res: dict) -> str:
         verdict = {"check": "PASS" if r["ok"] else "FAIL", "merged_sanity": "ok" if r["ok"] else "FAIL"}.get(r["role"], r["role"])
         if r.get("inconclusive"):
             verdict += " (inconclusive)"
+        if r.get("identical"):
+            verdict += " (bit-identical)"
         agree = "-" if r.get("agree") is None else f"{100 * r['agree']:.1f}%"
         pair = r["pair"] if r.get("positions", "continuation") == "continuation" else f"{r['pair']} @{r['positions']}"
         lines.append(f"| {r['adapter']} | {r['length']} | {pair} | {_f(r.get('mean'))} | {_f(r.get('max'))} | "

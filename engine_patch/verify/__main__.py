@@ -32,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, argparse.Namespa
     ap.add_argument("--no-patch", action="store_true", help="plain vLLM: no engine_patch.apply(), raw adapters, plugin off")
     ap.add_argument("--raw-adapters", action="store_true", help="hand every variant the adapters as given (skip the adapter registry)")
     ap.add_argument("--checks", default=None,
-                    help="subset of a (accuracy), b (mixed batches), c (long-then-short); default a,b,c (--video: a)")
+                    help="subset of a (accuracy), b (mixed batches), c (long-then-short), d (no-adapter request: "
+                         "LoRA engine vs no-LoRA engine); default a,b,c,d (--video: a)")
     ap.add_argument("--llm-kwargs", default="{}", help='extra vllm.LLM kwargs as JSON, e.g. {"gdn_prefill_backend": "triton"}')
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--workdir", type=Path, default=None, help="keep merged models etc. here")
@@ -47,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, argparse.Namespa
     if a.merged and len(a.merged) > len(a.adapter):
         ap.error("more --merged than --adapter")
     video = a.video is not None
-    checks = tuple(x.strip() for x in (a.checks or ("a" if video else "a,b,c")).split(",") if x.strip())
+    checks = tuple(x.strip() for x in (a.checks or ("a" if video else "a,b,c,d")).split(",") if x.strip())
     if video and checks != ("a",):
         ap.error("--video runs check a only (mixed batches and long-then-short are text-mode checks)")
     o = Options(model=a.model, adapters=a.adapter, merged=a.merged,
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "k": o.k, "floor_mean": o.floor_mean, "floor_max": o.floor_max,
         "rule": "dyn~ref passes iff finite, mean <= max(floor_mean, k*noise_mean(L)) and max <= max(floor_max, "
                 "k*noise_max(L)); noise(L) = max(merged~ref, base~base_ref) at L; merged~ref must itself be within "
-                "the base-noise tolerance; mixed batches and long-then-short use the base-noise tolerance at the "
+                "the base-noise tolerance; mixed batches, long-then-short and no-adapter LoRA-vs-no-LoRA engine use the base-noise tolerance at the "
                 "nearest length, and generated tokens may part only where the single run's top-1/top-2 margin <= tol_max",
         "why": "merged-in bf16 weights are the most faithful bf16 rendering of an adapter, so their error against the "
                "fp32 PEFT reference is the bf16 noise at that length; dynamic LoRA rounds differently (same order); "

@@ -111,6 +111,9 @@ def test_verify_passes_on_every_tiny_adapter(tmp_path):
     assert {r["pair"] for r in res["rows"]} >= {"base~base_ref", "merged~ref", "dyn~merged", "dyn~base"}
     assert len(res["mixed"]) == 9 and all(m["ok"] for m in res["mixed"])
     assert res["long_short"] and all(e["ok"] for e in res["long_short"])
+    # (d) the no-adapter request on the LoRA engine (alone, co-batched) vs an engine without LoRA.
+    nolora = [r for r in res["rows"] if r["pair"] in ("nolora~lora", "nolora~lora_cobatched")]
+    assert len(nolora) == 2 * 5 and all(r["ok"] and r["diverge_at"] is None for r in nolora), nolora
     assert res["tolerance"]["k"] > 1 and "VERIFY PASS" in stdout
     # Both LoRA paths ran: dense for one-adapter steps, Punica for the 5-run mixed batch.
     assert res["lora_paths"]["dense"] > 0 and res["lora_paths"]["punica"] > 0, res["lora_paths"]
@@ -127,10 +130,16 @@ def test_verify_passes_with_the_dense_path_switched_off(tmp_path):
 
 @pytest.mark.engine
 def test_verify_without_patch_fails_on_mixed_batch_with_base_requests(tmp_path):
-    rc, res, stdout = _verify(tmp_path, "--no-patch", "--checks", "b", "--lengths", "16")
+    rc, res, stdout = _verify(tmp_path, "--no-patch", "--checks", "b,d", "--lengths", "16")
     assert rc == 1 and not res["ok"] and res["patches"] == []
     base_in_mixed = [m for m in res["mixed"] if m["batch"] == "with_no_adapter" and m["adapter"] is None]
     assert base_in_mixed and not all(m["generate"]["ok"] for m in base_in_mixed), base_in_mixed
+    # (d): alone the no-adapter request is the no-LoRA engine's; beside the adapters it is not (#49063).
+    [alone] = [r for r in res["rows"] if r["pair"] == "nolora~lora"]
+    [mixed] = [r for r in res["rows"] if r["pair"] == "nolora~lora_cobatched"]
+    assert alone["ok"] and not mixed["ok"], (alone, mixed)
+    assert any(f.startswith("no-adapter request L=16: the LoRA engine (co-batched with adapters) differs")
+               for f in res["failures"])
     assert "VERIFY FAIL" in stdout
 
 

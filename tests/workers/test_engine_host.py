@@ -301,6 +301,170 @@ def test_start_canary_is_recorded(host) -> None:
     assert host.identity()["quarantined"] == {}
 
 
+# -- start-up checks (engine_patch.startup_checks, issue 36) -----------------------------------
+
+
+def _register_scenarios(host, model_dir) -> None:
+    for s in SCENARIOS:
+        assert host.register_adapter(s, str(model_dir / "adapters" / s)).ok
+
+
+def leak_into_no_adapter_rows(monkeypatch) -> dict:
+    """The injected defect: in a batched decode step holding adapter and no-adapter rows, the
+    no-adapter rows get the first adapter row's delta on every column-parallel LoRA module
+    (vLLM #49063's leaking form; a CUDA graph replayed with a stale adapter mapping does the
+    same). Prefill steps and lone requests are untouched, so only a batch shows it."""
+    from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
+
+    orig = PunicaWrapperCPU.add_lora_linear
+    state = {"on": True, "hits": 0}
+
+    def add_lora_linear(self, y, x, lora_a, lora_b, scale, output_slices, **kw):
+        ret = orig(self, y, x, lora_a, lora_b, scale, output_slices, **kw)
+        idx = self.token_lora_indices[: x.shape[0]]
+        # A decode step: one token per sequence, at most max_num_seqs (8) of them, while every
+        # prefill here is longer (vLLM V1 marks every LoRA step is_prefill, so that cannot tell).
+        decode = x.shape[0] <= host_max_num_seqs
+        if not state["on"] or not decode or not (bool((idx < 0).any()) and bool((idx >= 0).any())):
+            return ret
+        rows = torch_nonzero(idx < 0)
+        slot = int(idx[idx >= 0][0])
+        state["hits"] += 1
+        off = 0
+        for a, b, n in zip(lora_a, lora_b, output_slices):
+            delta = (x[rows].float() @ a[slot, 0].float().T * scale) @ b[slot, 0].float().T
+            y[rows, off:off + n] += delta.to(y.dtype)
+            off += n
+        return ret
+
+    host_max_num_seqs = 8  # the module's host fixture
+    monkeypatch.setattr(PunicaWrapperCPU, "add_lora_linear", add_lora_linear)
+    return state
+
+
+def torch_nonzero(mask):
+    return mask.nonzero().flatten()
+
+
+def checks_on_the_base_only(monkeypatch) -> None:
+    """The batch checks in full, the long canaries for the base model at one length: what
+    the tests of an injected batch defect need, at a third of the engine time."""
+    from engine_patch import startup_checks
+
+    monkeypatch.setattr(startup_checks, "MAX_LONG_ADAPTERS", 0)
+    monkeypatch.setattr(startup_checks, "LONG_LENGTHS", (150,))
+
+
+@pytest.mark.engine
+def test_startup_checks_pass_on_a_healthy_engine(host, model_dir) -> None:
+    from engine_patch.startup_checks import LONG_LENGTHS, MIXED_TOKENS
+
+    _register_scenarios(host, model_dir)
+    report = host.startup_checks()
+    assert report["ok"] and report["engine_failure"] is None and not report["refused"], report["detail"]
+    got = {(c["check"], c["adapter"], c["length"]) for c in report["checks"]}
+    for adapter in (None, *SCENARIOS):
+        assert {("long_canary", adapter, L) for L in LONG_LENGTHS} <= got
+    # max_loras=2: the mixed batch is no adapter, the first two adapters, no adapter.
+    mixed = [c for c in report["checks"] if c["check"] == "mixed_decode"]
+    assert [c["adapter"] for c in mixed].count(None) == 2 and len(mixed) == 4
+    assert all(c["ok"] and c["data"]["diverge_at"] is None for c in mixed)
+    assert ("no_adapter_cobatched", None, LONG_LENGTHS[-1]) in got and MIXED_TOKENS >= 16
+    beat = host.last_canary()["startup_checks"]
+    n = len(report["checks"])
+    assert beat["ok"] and beat["mitigation"] is None and beat["detail"].startswith(f"{n} of {n} checks passed")
+    assert host.identity()["startup_checks"]["checks"] == report["checks"]
+
+
+@pytest.mark.engine
+def test_a_leaking_decode_batch_makes_the_worker_refuse_to_start(host, model_dir, monkeypatch) -> None:
+    """Eager already (no CUDA graphs to turn off): nothing can mitigate, the worker refuses,
+    and the reason is what the Scenarios page, `vidlora status --workers` and doctor show."""
+    from engine_patch.startup_checks import StartupCheckError
+    from web.template_helpers import canary_summary
+
+    _register_scenarios(host, model_dir)
+    checks_on_the_base_only(monkeypatch)
+    leak = leak_into_no_adapter_rows(monkeypatch)
+    rebuilds = host.rebuilds
+    with pytest.raises(StartupCheckError) as err:
+        host.startup_checks()
+    assert leak["hits"] > 0 and host.rebuilds == rebuilds
+    why = str(err.value)
+    assert why.startswith("this engine must not serve: mixed-adapter decode: the no-adapter request batched with "
+                          "['no adapter', 'artifact_identification', 'murals_inscriptions', 'no adapter']: greedy tokens "
+                          "differ from the request alone at token"), why
+    # The long canaries run alone: the leak cannot touch them, and no adapter is blamed.
+    report = host.startup_report
+    assert not report["ok"] and not report["refused"]
+    assert all(c["ok"] for c in report["checks"] if c["check"] == "long_canary")
+    assert not any(c["ok"] for c in report["checks"] if c["check"] == "no_adapter_cobatched")
+    beat = host.last_canary()
+    assert beat["ok"] is False and beat["step"] == "startup_checks" and "mixed-adapter decode" in beat["reason"]
+    text, kind = canary_summary(beat)
+    assert kind == "bad" and text.startswith("failed: start-up checks: mixed-adapter decode: the no-adapter request")
+    leak["on"] = False
+    assert host.canary(None, "after-test").ok  # leave the module's engine as the next tests expect
+
+
+@pytest.mark.engine
+def test_a_graph_engine_failing_the_mixed_decode_is_rebuilt_eager(host, model_dir, monkeypatch) -> None:
+    """With CUDA graphs on, the mitigation is an eager engine: the rebuild here is the host's
+    hook only (a second engine would double this test's cost), and it removes the injected
+    defect as turning graphs off removes a graph-replay defect; the checks then run again."""
+    _register_scenarios(host, model_dir)
+    checks_on_the_base_only(monkeypatch)
+    leak = leak_into_no_adapter_rows(monkeypatch)
+    monkeypatch.setattr(host, "settings", host.settings.model_copy(update={"enforce_eager": False}))
+
+    def rebuild_engine():
+        assert host.settings.enforce_eager  # asked for before the engine is built again
+        leak["on"] = False
+
+    monkeypatch.setattr(host, "rebuild_engine", rebuild_engine)
+    report = host.startup_checks()
+    assert report["ok"] and host.settings.enforce_eager and not leak["on"]
+    assert report["mitigation"].startswith("enforce_eager: with CUDA graphs, mixed-adapter decode: the no-adapter request")
+    assert host.last_canary()["startup_checks"]["mitigation"] == report["mitigation"]
+    assert any(e["event"] == "startup_check_failed" for e in host.guard.events)
+
+
+@pytest.mark.engine
+def test_an_adapter_garbage_on_long_prompts_is_refused_and_the_rest_served(host, model_dir, frames,
+                                                                            tmp_path, monkeypatch) -> None:
+    """An adapter that passes registration (short prompts) and turns non-finite on a token
+    only the 450-token canary holds: refused by its long canary, the worker serves the rest."""
+    from transformers import AutoTokenizer
+
+    from bench.gpu.fault import make_fault_adapter
+    from engine_patch.startup_checks import LONG_LENGTHS, SHORT_LENGTH
+    from engine_patch.verify import make_prompt
+
+    from engine_patch import startup_checks
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir / "base"))
+    prompts = {L: make_prompt(tok, L, offset=L) for L in (SHORT_LENGTH, *LONG_LENGTHS)}
+    only_long = sorted(set(prompts[450]) - set(prompts[150]) - set(prompts[SHORT_LENGTH]))
+    info = make_fault_adapter(model_dir, tmp_path / "longbad", source=SCENARIOS[1], candidates=only_long)
+    _register_scenarios(host, model_dir)
+    # The sample (rank, then name): artifact_identification, longbad; the rest need no canary here.
+    monkeypatch.setattr(startup_checks, "MAX_LONG_ADAPTERS", 2)
+    assert host.register_adapter("longbad", str(tmp_path / "longbad")).ok  # registration cannot see it
+    report = host.startup_checks()
+    assert report["ok"], report["detail"]
+    assert list(report["refused"]) == ["longbad"] and "canary at 450 prompt tokens" in report["refused"]["longbad"]
+    assert "non-finite logprobs" in report["refused"]["longbad"], report["refused"]
+    [ok150] = [c for c in report["checks"] if c["adapter"] == "longbad" and c["length"] == 150]
+    assert ok150["ok"] and info["trigger_token"] in only_long
+    reg = host.registrations()["longbad"]
+    assert not reg["ok"] and reg["stage"] == "startup" and reg["reason"].startswith("start-up check: canary at 450")
+    bad, good = host.generate([make_request("lb-bad", [], "longbad", model_dir, timestamps=[],
+                                            adapter_path=str(tmp_path / "longbad")),
+                               make_request("lb-good", frames, SCENARIOS[0], model_dir)])
+    assert bad.error == f"adapter 'longbad' refused: {reg['reason']}" and good.error is None
+    assert "longbad" in host.last_canary()["startup_checks"]["refused"]
+
+
 # The guard and the adapter path on the real engine. Last in the module: they rebuild the
 # engine and quarantine adapters, and every earlier test expects a plain engine.
 
