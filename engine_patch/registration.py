@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import AdapterError, base_modules, prepare_adapter
+from . import moe
+from .adapters import AdapterError, base_modules, module_names, prepare_adapter, read_config
 
 log = logging.getLogger("engine_patch.registration")
 
@@ -117,6 +118,7 @@ class AdapterRegistry:
         self.root = Path(root) if root else None
         self.links_outside_root = bool(links_outside_root)
         self._base: dict[str, tuple[int, ...]] | None = None
+        self._moe: bool | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +155,9 @@ class AdapterRegistry:
                 return blank.refuse(f"{why} (VIDLORA_ADAPTER_LINKS_OUTSIDE_ROOT=1 allows it)", "host")
         real = src.resolve()
         try:
+            why = self._moe_refusal(real)
+            if why:
+                return blank.refuse(clean_reason(why, real, src, self.model_path), "host")
             prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
             return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
@@ -162,6 +167,15 @@ class AdapterRegistry:
                                              real, src, self.model_path), "host")
         return Registration(name=name, source=str(src), ok=True, digest=prep.digest, path=str(prep.path),
                             rank=prep.rank, modules=tuple(prep.modules), notes=tuple(prep.notes))
+
+    def _moe_refusal(self, real: Path) -> str | None:
+        """On a mixture-of-experts base, why the adapter is not served on this vLLM and device
+        (engine_patch.moe: expert LoRA and unverified MoE LoRA are refused, never silent)."""
+        if self._moe is None:
+            self._moe = moe.is_moe(self.model_path)
+        if not self._moe:
+            return None
+        return moe.refusal(read_config(real), module_names(real))
 
     def _shown(self, src: Path) -> str:
         """An adapter path as users see it: relative to the adapter root, else its name."""

