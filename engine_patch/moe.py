@@ -28,6 +28,10 @@ entry) and each entry names the committed ``engine_patch.verify`` JSON that earn
 `tests/engine_patch/test_moe.py` fails unless that file exists, passed (``"ok": true``) on that
 vLLM version and platform, on a MoE model, with an adapter of that scope. Only a passing
 verify run (e.g. ``bash bench/gpu/device_run.sh moe`` on the device) can turn an entry on.
+An ``experts`` entry alone does not make expert adapters servable: `adapters.normalise` places
+2-D linear modules only (the shared expert's would place; per-expert and fused 3-D expert
+weights and ``target_parameters`` are refused there), so expert LoRA also needs that placement
+written and verified.
 """
 from __future__ import annotations
 
@@ -111,6 +115,18 @@ def expert_side(module: str) -> bool:
     return _EXPERT_SIDE.search(module) is not None
 
 
+def _applied(cfg: dict[str, Any], modules: list[str]) -> list[str]:
+    return [m for m in sorted(modules) if peft_config.targets(cfg, m)] if cfg.get("target_modules") else []
+
+
+def expert_modules(cfg: dict[str, Any], modules: list[str]) -> list[str]:
+    """The adapter's expert-side targets, shown as a refusal names them: PEFT
+    ``target_parameters`` (LoRA on raw, e.g. fused 3-D expert, weights) first, then the
+    targeted modules of the sparse MLP block."""
+    params = [f"target_parameters {p}" for p in (cfg.get("target_parameters") or [])]
+    return params + [f"module {m}" for m in _applied(cfg, modules) if expert_side(m)]
+
+
 def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | None = None,
             where: str | None = None) -> str | None:
     """Why this adapter (its config and its modules as trained) is not served on a MoE base on
@@ -121,12 +137,10 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
     ver = tuple((vllm or vllm_version())[:2])
     where = where or platform()
     shown_ver = ".".join(map(str, ver)) if any(ver) else "unknown"
-    params = [p for p in (cfg.get("target_parameters") or []) if expert_side(p) or "expert" in p]
-    applied = [m for m in sorted(modules) if peft_config.targets(cfg, m)] if cfg.get("target_modules") else []
-    experts = params + [m for m in applied if expert_side(m)]
+    applied = _applied(cfg, modules)
+    experts = expert_modules(cfg, modules)
     if experts and verified(EXPERTS, ver, where) is None:
-        what = "target_parameters " + experts[0] if params else "module " + experts[0]
-        return (f"{what}: expert LoRA on a MoE base (router, routed or shared experts) is not verified on "
+        return (f"{experts[0]}: expert LoRA on a MoE base (router, routed or shared experts) is not verified on "
                 f"vLLM {shown_ver} on {where} ({UPSTREAM}); it is served only once engine_patch.verify passes "
                 "for it there (engine_patch.moe.VERIFIED). Train the adapter on the attention and GDN "
                 "projections only")
@@ -139,3 +153,31 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
     return (f"module {first}: LoRA on a MoE base is not verified on vLLM {shown_ver} on {where} ({UPSTREAM}); "
             "it is served once engine_patch.verify passes there with enable_lora on and off giving the same "
             "no-adapter output (bash bench/gpu/device_run.sh moe; engine_patch.moe.VERIFIED)")
+
+
+def evidence_problems(entry: Verified, root: str | Path) -> list[str]:
+    """What is wrong with the evidence a `VERIFIED` entry names (empty: it holds).
+
+    The evidence is the JSON ``bench.gpu.moe_check`` writes (``--json``): it must exist under
+    ``root``, have passed, on this entry's vLLM (major, minor) and platform, on a MoE base,
+    with the base output unchanged by enable_lora and an adapter of this scope served exactly."""
+    path = Path(root) / entry.evidence
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"{entry.evidence}: cannot read it ({exc})"]
+    problems = []
+    ver = str((res.get("versions") or {}).get("vllm") or "")
+    if tuple(int(x) for x in re.findall(r"\d+", ver)[:2]) != tuple(entry.vllm):
+        problems.append(f"ran on vLLM {ver or 'unknown'}, not {entry.vllm[0]}.{entry.vllm[1]}")
+    if res.get("platform") != entry.platform:
+        problems.append(f"ran on {res.get('platform')!r}, not {entry.platform!r}")
+    if res.get("moe") is not True:
+        problems.append("the base model was not a MoE model")
+    if res.get("ok") is not True:
+        problems.append("it did not pass")
+    if res.get("base_unchanged") is not True:
+        problems.append("the no-adapter output changed with enable_lora")
+    if entry.scope not in (res.get("exact_scopes") or []):
+        problems.append(f"no {entry.scope} adapter passed engine_patch.verify")
+    return problems
