@@ -2,7 +2,7 @@
 the CPU): the evidence `engine_patch.moe.VERIFIED` needs, in one process.
 
     python -m bench.gpu.moe_check --model M [--adapter A ...] [--lengths 16,128,1024]
-        [--json out.json] [--llm-kwargs JSON] [--base-only] [--workdir DIR]
+        [--json out.json] [--llm-kwargs JSON] [--base-only] [--engines both|on|off] [--workdir DIR]
 
 1. registration: every adapter through `engine_patch.registration.AdapterRegistry` (the
    workers' one adapter path), verdicts recorded: on an unverified vLLM/platform every
@@ -111,8 +111,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     if a.max_model_len:
         o.llm_kwargs = {"max_model_len": a.max_model_len, **o.llm_kwargs}
     prompts = [verify.make_prompt(tok, n, offset=i) for i, n in enumerate(lengths)]
-    off = _engine_outputs(a.model, o, False, prompts, a.new_tokens, None)
-    on = _engine_outputs(a.model, o, True, prompts, a.new_tokens, off.get("seqs"))
+    skipped = {"skipped": True, "error": "not run (--engines)"}
+    off = _engine_outputs(a.model, o, False, prompts, a.new_tokens, None) if a.engines != "on" else skipped
+    on = _engine_outputs(a.model, o, True, prompts, a.new_tokens, off.get("seqs")) if a.engines != "off" else skipped
     verdict = base_unchanged(off, on)
     res["lora_off"] = {k: v for k, v in off.items() if k not in ("seqs", "scores")}
     res["lora_on"] = {k: v for k, v in on.items() if k not in ("seqs", "scores")}
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", default="a,b", help="engine_patch.verify checks for step 3")
     ap.add_argument("--llm-kwargs", default="{}")
     ap.add_argument("--base-only", action="store_true", help="steps 1 and 2 only")
+    ap.add_argument("--engines", choices=["both", "on", "off"], default="both",
+                    help="step 2 with both engines, or only the one with (on) / without (off) enable_lora")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
