@@ -7,7 +7,9 @@ module placed on a base weight with checked shapes, rank and finiteness) and ret
 `Registration`: either the normalised adapter vLLM will load, identified by the content
 hash of its normalised weights and config, or a refusal that names the module (or config field) and
 why. Nothing else hands an adapter directory to vLLM, so what `verify` proves is what the
-worker serves.
+worker serves. On a mixture-of-experts base, `engine_patch.moe` decides first: expert LoRA, and
+any LoRA where this vLLM and device have not been shown to serve a MoE model exactly, is
+refused with its reason.
 
 The host-side verdict is cached per source directory and file fingerprint (names, sizes,
 mtimes), so a re-sync does not re-read twenty large adapters, and an adapter rewritten in

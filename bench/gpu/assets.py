@@ -2,7 +2,13 @@
 ``load_format="dummy"``) and rank-64 PEFT LoRA adapters on the GDN, attention and MLP
 modules of every language-model layer.
 
-    python -m bench.gpu.assets --out /dev/shm/vl --adapters 20 [--shape 27b|cpu-test]
+    python -m bench.gpu.assets --out /dev/shm/vl --adapters 20 [--shape 27b|cpu-test|moe35|moe-cpu-test]
+        [--layers N] [--weights dummy|random]
+
+``moe35`` is the Qwen3.6-35B-A3B shape (issue 36; its adapters stay on the GDN and attention
+projections, plus one ``shared_expert`` adapter with the dense target list, which registration
+must refuse); ``--weights random`` writes a random checkpoint for the checks that need one
+(engine_patch.verify's merge and fp32 reference), at a cut depth.
 
 Why generated on the device machine: 20 rank-64 adapters for 64 layers are ~0.93 GB each
 (~19 GB), far over what a device call can carry; random small values written straight to
