@@ -125,23 +125,26 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     res["verify"] = {}
     res["exact_scopes"] = []
     if not a.base_only and not dummy and verdict["ok"]:
+        prepared = []
         for src in a.adapter:
             if moe.expert_modules(read_config(src), module_names(src)):
                 continue  # expert side: adapters.normalise places no expert module (moe.py says why)
             try:
-                prep = prepare_adapter(src, a.model, a.max_rank, work / "prepared")
+                prepared.append(prepare_adapter(src, a.model, a.max_rank, work / "prepared").path)
             except AdapterError as exc:
                 res["verify"][src.name] = {"ok": False, "error": str(exc)}
-                continue
-            vo = verify.Options(model=a.model, adapters=[prep.path], lengths=tuple(lengths),
+        if prepared:  # one verify run for all of them: mixed batches of different adapters too
+            vo = verify.Options(model=a.model, adapters=prepared, lengths=tuple(lengths),
                                 max_new_tokens=a.new_tokens, prepare=False, checks=tuple(a.checks.split(",")),
-                                llm_kwargs=llm_kwargs, workdir=work / f"verify-{src.name}")
+                                llm_kwargs=llm_kwargs, workdir=work / "verify")
             vres = verify.run(vo)
             vres["ok"] = not vres["failures"] and not vres["errors"]
-            res["verify"][src.name] = {k: vres.get(k) for k in ("ok", "failures", "errors", "inconclusive", "rows",
-                                                                "mixed", "long_short", "timing_s")}
+            res["verify"]["attention"] = {k: vres.get(k) for k in ("ok", "failures", "errors", "inconclusive", "rows",
+                                                                   "mixed", "long_short", "timing_s")}
+            res["verify"]["attention"]["adapters"] = [p.name for p in prepared]
             print(verify.table(vres), flush=True)
-            print(f"[moe] verify {src.name}: {'PASS' if vres['ok'] else 'FAIL'} {vres['failures'][:3]}", flush=True)
+            print(f"[moe] verify {[p.name for p in prepared]}: {'PASS' if vres['ok'] else 'FAIL'} "
+                  f"{vres['failures'][:3]}", flush=True)
         if res["verify"] and all(v["ok"] for v in res["verify"].values()):
             res["exact_scopes"].append(moe.ATTENTION)
     ran_verify = bool(res["verify"])
