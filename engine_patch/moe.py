@@ -156,8 +156,9 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
         return (f"module {first}: LoRA on a MoE base with engine_patch off (VIDLORA_ENGINE_PATCH=off; its "
                 f"moe_lora_off patch is what keeps the MoE layers off the LoRA path): {known}")
     return (f"module {first}: LoRA on a MoE base is not verified on vLLM {shown_ver} on {where} ({UPSTREAM}); "
-            "it is served once engine_patch.verify passes there with enable_lora on and off giving the same "
-            "no-adapter output (bash bench/gpu/device_run.sh moe; engine_patch.moe.VERIFIED)")
+            "it is served once python -m bench.gpu.moe_check passes there (no-adapter output unchanged by "
+            "enable_lora, the adapter exact under engine_patch.verify; on the device: bash bench/gpu/device_run.sh "
+            "moe) and engine_patch.moe.VERIFIED names that run")
 
 
 def evidence_problems(entry: Verified, root: str | Path) -> list[str]:
