@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(_jsonable(res), indent=1))
-    summary = {k: res.get(k) for k in ("ok", "moe", "platform", "base_unchanged", "exact_scopes", "wall_s")}
+    summary = {k: res.get(k) for k in ("ok", "moe", "platform", "base_unchanged", "base", "exact_scopes", "wall_s")}
     summary["registrations"] = res["registrations"]
     summary["lora_off"] = {k: res["lora_off"].get(k) for k in ("tokens", "error", "start_s")}
     summary["lora_on"] = {k: res["lora_on"].get(k) for k in ("tokens", "error", "start_s")}
