@@ -19,6 +19,7 @@ Changes ``fused_moe.layer.FusedMoEConfig`` (as that module calls it) and
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from .base import Patch, is_marked, wraps_marked
 
@@ -40,10 +41,19 @@ def probe() -> str | None:
         return f"no fused-MoE layer or LoRA manager module ({exc})"
     if not hasattr(layer, "FusedMoEConfig") or not hasattr(manager, "is_supported_lora_module"):
         return "FusedMoEConfig / is_supported_lora_module not where this patch expects them"
-    if "is_lora_enabled" not in getattr(layer.FusedMoEConfig, "__dataclass_fields__", {}):
-        return "FusedMoEConfig has no is_lora_enabled field"
     if is_marked(layer.FusedMoEConfig) and is_marked(manager.is_supported_lora_module):
         return "already applied"
+    if "is_lora_enabled" not in getattr(layer.FusedMoEConfig, "__dataclass_fields__", {}):
+        return "FusedMoEConfig has no is_lora_enabled field"
+    # Where the layer also sizes itself by LoRA (other vLLM versions pass is_lora_enabled to
+    # maybe_roundup_hidden_size), turning it off in the config alone would leave a layer built
+    # for one path and run on the other: not patched there (registration still refuses).
+    try:
+        uses = inspect.getsource(layer).count("is_lora_enabled")
+    except (OSError, TypeError):
+        return "cannot read the fused-MoE layer's source"
+    if uses != 1:
+        return f"the fused-MoE layer reads is_lora_enabled {uses} times (this patch knows the one FusedMoEConfig use)"
     return None
 
 
