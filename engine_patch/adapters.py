@@ -140,6 +140,20 @@ def _load_weights(src: Path) -> dict[str, torch.Tensor]:
     raise AdapterError("no adapter_model.safetensors or adapter_model.bin")
 
 
+def module_names(src: Path) -> list[str]:
+    """The adapter's modules as trained (keys without PEFT's prefix), from the file headers:
+    what a check that needs no tensors (`engine_patch.moe`) reads."""
+    st = Path(src) / "adapter_model.safetensors"
+    if st.exists():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as sf:
+            keys = list(sf.keys())
+    else:
+        keys = list(_load_weights(Path(src)))
+    return sorted({m.group("mod") for k in keys if (m := _KEY.match(k))})
+
+
 def _pairs(weights: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     """Adapter module (named as trained, without PEFT's ``base_model.model.``) -> {"A", "B"}."""
     if not weights:

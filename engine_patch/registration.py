@@ -7,7 +7,9 @@ module placed on a base weight with checked shapes, rank and finiteness) and ret
 `Registration`: either the normalised adapter vLLM will load, identified by the content
 hash of its normalised weights and config, or a refusal that names the module (or config field) and
 why. Nothing else hands an adapter directory to vLLM, so what `verify` proves is what the
-worker serves.
+worker serves. On a mixture-of-experts base, `engine_patch.moe` decides first: expert LoRA, and
+any LoRA where this vLLM and device have not been shown to serve a MoE model exactly, is
+refused with its reason.
 
 The host-side verdict is cached per source directory and file fingerprint (names, sizes,
 mtimes), so a re-sync does not re-read twenty large adapters, and an adapter rewritten in
@@ -28,7 +30,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import AdapterError, base_modules, prepare_adapter
+from . import moe
+from .adapters import AdapterError, base_modules, module_names, prepare_adapter, read_config
 
 log = logging.getLogger("engine_patch.registration")
 
@@ -117,6 +120,7 @@ class AdapterRegistry:
         self.root = Path(root) if root else None
         self.links_outside_root = bool(links_outside_root)
         self._base: dict[str, tuple[int, ...]] | None = None
+        self._moe: bool | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +157,9 @@ class AdapterRegistry:
                 return blank.refuse(f"{why} (VIDLORA_ADAPTER_LINKS_OUTSIDE_ROOT=1 allows it)", "host")
         real = src.resolve()
         try:
+            why = self._moe_refusal(real)
+            if why:
+                return blank.refuse(clean_reason(why, real, src, self.model_path), "host")
             prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
             return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
@@ -162,6 +169,15 @@ class AdapterRegistry:
                                              real, src, self.model_path), "host")
         return Registration(name=name, source=str(src), ok=True, digest=prep.digest, path=str(prep.path),
                             rank=prep.rank, modules=tuple(prep.modules), notes=tuple(prep.notes))
+
+    def _moe_refusal(self, real: Path) -> str | None:
+        """On a mixture-of-experts base, why the adapter is not served on this vLLM and device
+        (engine_patch.moe: expert LoRA and unverified MoE LoRA are refused, never silent)."""
+        if self._moe is None:
+            self._moe = moe.is_moe(self.model_path)
+        if not self._moe:
+            return None
+        return moe.refusal(read_config(real), module_names(real))
 
     def _shown(self, src: Path) -> str:
         """An adapter path as users see it: relative to the adapter root, else its name."""

@@ -19,6 +19,11 @@
 #          selfcheck issue 36: the GPU worker's start-up checks (bench/gpu/selfcheck.py) through
 #                   its own EngineHost: tiny model with CUDA graphs and eager, verify check d (no-adapter
 #                   request, LoRA engine vs no-LoRA engine), the 27B-shape dummy engine with graphs
+#          moe      issue 36: Qwen3.6-35B-A3B shape (256 experts, 8 active) cut to MOE_LAYERS (default 4:
+#                   3 GDN + 1 attention, every layer at full size) with a random checkpoint written here:
+#                   registration verdicts, no-adapter output with enable_lora off vs on (#49063), and
+#                   engine_patch.verify on the attention/GDN adapters (bench/gpu/moe_check.py); then, if
+#                   time is left and MOE_FULL=1, the no-adapter check at all 40 layers on dummy weights
 # Results go to $SCRATCH/res (SCRATCH: the device's temporary folder) and are packed into $OUT/res-STAGE.tgz every 15 s and at the end,
 # so a command cut off at its limit still returns what it measured.
 set -u
@@ -200,6 +205,15 @@ STREAM_PHASES=warmup,all_nolora#$SHIPPED,stream_mixed3#$SHIPPED,closed_grouped3#
 LONG=2000x128x320
 STREAM2K_PHASES=warmup,stream_one#$LONG,stream_nolora#$LONG,all_nolora#$LONG
 STREAM2K_B_PHASES=warmup,streamprof_one#2000x128x160,stream_mixed3#$SHIPPED,stream_one#$SHIPPED,all_nolora#$SHIPPED,stream_mixed3#$LONG
+moe_check() {  # label model-dir adapters-dir llm-kwargs [more moe_check args]
+  local label=$1 model=$2 ads=$3 kw=$4; shift 4
+  local args=() a; for a in $ads/a00 $ads/a01 $ads/shared_expert; do [ -d $a ] && args+=(--adapter $a); done
+  log "moe check $label"
+  timeout $(( $(left) - 5 )) python3 -m bench.gpu.moe_check --model $model "${args[@]}" --json $RES/moe_$label.json \
+    --llm-kwargs "$kw" --workdir $SCRATCH/moe_$label "$@" > $RES/moe_$label.log 2>&1
+  log "moe check $label rc=$?"; grep '^\[moe\]\|^VERIFY\|^FAIL' $RES/moe_$label.log | cut -c1-300
+}
+
 case $STAGE in
   version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU.
     # A fixed KV size: vLLM's memory profile refuses to start when another lane frees memory
@@ -219,6 +233,22 @@ case $STAGE in
     [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 --layers ${VBENCH_LAYERS:-16} > $RES/assets_vbench.log 2>&1 || log "assets FAILED"; }
     R=356x256
     bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256"
+    ;;
+  moe)  # issue 36 (see the header); the verify engines are small so each finds room (as verify above).
+        # One attention/GDN adapter (a00) keeps it to one merge and one call (~10 min estimated, not
+        # measured); the shared_expert adapter is there for its registration verdict only.
+    L=${MOE_LAYERS:-4} D=$SCRATCH/moe35_${MOE_LAYERS:-4}
+    # The MoE config layout and tokenizer come from the tiny MoE model (carried, or built here in ~20 s).
+    [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m workers.tiny_moe_model --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
+    [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m bench.gpu.assets --out $D --shape moe35 --layers $L \
+      --adapters 1 --rank 16 --weights random > $RES/assets_moe.log 2>&1 || log "assets moe FAILED"; tail -1 $RES/assets_moe.log; }
+    moe_check l$L $D/model $D/adapters "$VERIFYKW" --lengths 16,128,1024 --checks a,b
+    if [ "${MOE_FULL:-0}" = 1 ] && [ $(left) -gt 240 ]; then
+      F=$SCRATCH/moe35_full
+      [ -f $F/assets.json ] || python3 -m bench.gpu.assets --out $F --shape moe35 --adapters 1 --rank 16 > $RES/assets_moe_full.log 2>&1
+      moe_check full $F/model $F/adapters '{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.6}' \
+        --base-only --lengths 16,1024
+    fi
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }

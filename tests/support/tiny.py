@@ -7,6 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "var" / "tiny-model"
+TINY_MOE = REPO / "var" / "tiny-moe-model"
 
 
 def tiny_model() -> Path:
@@ -16,6 +17,14 @@ def tiny_model() -> Path:
 
         build(TINY)
     return TINY
+
+
+def tiny_moe_model() -> Path:
+    """var/tiny-moe-model (built with workers.tiny_moe_model when missing or stale)."""
+    from workers.tiny_moe_model import build
+
+    build(TINY_MOE)
+    return TINY_MOE
 
 
 def full_adapters(root: Path) -> list[Path]:
