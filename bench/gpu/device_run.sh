@@ -139,7 +139,7 @@ verify_nolora() {  # issue 36: verify check d with CUDA graphs, the worker's mod
   local A=$REPO/var/tiny-model/adapters
   timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
     --adapter $A/artifact_identification --adapter $A/tomb_structure --checks d --lengths 16,150,450 \
-    --json $RES/verify_nolora.json --llm-kwargs '{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "enforce_eager": false}' \
+    --json $RES/verify_nolora.json --llm-kwargs '{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296, "enforce_eager": false}' \
     --workdir $SCRATCH/verify_nolora > $RES/verify_nolora.log 2>&1
   log "verify nolora rc=$?"; tail -3 $RES/verify_nolora.log | cut -c1-300
 }
@@ -214,19 +214,40 @@ moe_check() {  # label model-dir adapters-dir llm-kwargs [more moe_check args]
   log "moe check $label rc=$?"; grep '^\[moe\]\|^VERIFY\|^FAIL' $RES/moe_$label.log | cut -c1-300
 }
 
+moe_stage() {  # issue 36 (see the header); the verify engines are small so each finds room (as verify above).
+  # One attention/GDN adapter (a00) keeps it to one merge and one call; the shared_expert adapter
+  # is there for its registration verdict only.
+  L=${MOE_LAYERS:-4} D=$SCRATCH/moe35_${MOE_LAYERS:-4}
+  # The MoE config layout and tokenizer come from the tiny MoE model (carried, or built here in ~20 s).
+  [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m workers.tiny_moe_model --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
+  [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m bench.gpu.assets --out $D --shape moe35 --layers $L \
+    --adapters 1 --rank 16 --weights random > $RES/assets_moe.log 2>&1 || log "assets moe FAILED"; tail -1 $RES/assets_moe.log; }
+  moe_check l$L $D/model $D/adapters "$VERIFYKW" --lengths 16,128,1024 --checks a,b
+  if [ "${MOE_FULL:-0}" = 1 ] && [ $(left) -gt 240 ]; then
+    F=$SCRATCH/moe35_full
+    [ -f $F/assets.json ] || python3 -m bench.gpu.assets --out $F --shape moe35 --adapters 1 --rank 16 > $RES/assets_moe_full.log 2>&1
+    moe_check full $F/model $F/adapters '{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.6}' \
+      --base-only --lengths 16,1024
+  fi
+}
+
 case $STAGE in
-  version)  # issue 36: per vLLM version; the engines are small, so three lanes share the GPU.
+  version)  # issue 36: per vLLM version; the engines are small, so four lanes share the GPU.
     # A fixed KV size: vLLM's memory profile refuses to start when another lane frees memory
     # meanwhile ("Error in memory profiling", seen with 0.33).
     VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296}'
+    M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
+    KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
     ( fault on; fault off; [ $(left) -gt 150 ] && rebuild on ) & FL=$!
     ( verify on; [ $(left) -gt 120 ] && verify_video; [ $(left) -gt 150 ] && verify_long ) & VL=$!
-    ( M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
-      KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
-      cell tiny tiny_on_graphs $M on 0 0 "$KW" $A/artifact_identification $A/tomb_structure
-      cell tiny tiny_off_eager $M off 1 0 "$KW" $A/artifact_identification $A/tomb_structure
-      cell tiny tiny_on_graphs_pdl $M on 0 1 "$KW" $A/artifact_identification $A/tomb_structure ) & CL=$!
-    wait $FL $VL $CL
+    ( if [ "${VERSION_FIELD:-1}" = 1 ]; then
+        cell tiny tiny_on_graphs $M on 0 0 "$KW" $A/artifact_identification $A/tomb_structure
+        cell tiny tiny_off_eager $M off 1 0 "$KW" $A/artifact_identification $A/tomb_structure
+      fi
+      selfcheck_run tiny_graphs $M 0 "$KW" "--max-lora-rank 8" $A/artifact_identification $A/murals_inscriptions $A/tomb_structure
+      [ $(left) -gt 120 ] && verify_nolora ) & CL=$!
+    ( [ "${VERSION_MOE:-1}" = 1 ] && moe_stage ) & ML=$!
+    wait $FL $VL $CL $ML
     ;;
   vbench)  # issue 36: the bench rows per version, alone on the GPU (throughput is measured here)
     D=$SCRATCH/vl27_bench_${VBENCH_LAYERS:-16}
@@ -234,21 +255,8 @@ case $STAGE in
     R=356x256
     bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256"
     ;;
-  moe)  # issue 36 (see the header); the verify engines are small so each finds room (as verify above).
-        # One attention/GDN adapter (a00) keeps it to one merge and one call (~10 min estimated, not
-        # measured); the shared_expert adapter is there for its registration verdict only.
-    L=${MOE_LAYERS:-4} D=$SCRATCH/moe35_${MOE_LAYERS:-4}
-    # The MoE config layout and tokenizer come from the tiny MoE model (carried, or built here in ~20 s).
-    [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m workers.tiny_moe_model --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
-    [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m bench.gpu.assets --out $D --shape moe35 --layers $L \
-      --adapters 1 --rank 16 --weights random > $RES/assets_moe.log 2>&1 || log "assets moe FAILED"; tail -1 $RES/assets_moe.log; }
-    moe_check l$L $D/model $D/adapters "$VERIFYKW" --lengths 16,128,1024 --checks a,b
-    if [ "${MOE_FULL:-0}" = 1 ] && [ $(left) -gt 240 ]; then
-      F=$SCRATCH/moe35_full
-      [ -f $F/assets.json ] || python3 -m bench.gpu.assets --out $F --shape moe35 --adapters 1 --rank 16 > $RES/assets_moe_full.log 2>&1
-      moe_check full $F/model $F/adapters '{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.6}' \
-        --base-only --lengths 16,1024
-    fi
+  moe)
+    moe_stage
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
