@@ -253,7 +253,7 @@ case $STAGE in
     D=$SCRATCH/vl27_bench_${VBENCH_LAYERS:-16}
     [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 --layers ${VBENCH_LAYERS:-16} > $RES/assets_vbench.log 2>&1 || log "assets FAILED"; }
     R=356x256
-    bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256"
+    bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256 --gpu-mem ${VBENCH_GPU_MEM:-0.9}"
     ;;
   moe)
     moe_stage
