@@ -12,7 +12,7 @@
 # Env: VLLM_VERSION (default 0.32.0: the newest vLLM pinning torch 2.13; 0.33.0 pins torch 2.14 +
 #      triton 3.8), PRUNE_SM (default 90: keep only sm_90 cubins in every fatbin; PRUNE_SM= to keep
 #      all), CHUNK (default 60000000 bytes), XZ_T (xz threads, default 2), TRITON (override the
-#      triton version; TRITON=none with vllm-only keeps the image's Triton 3.6.0), KEEP (0: delete
+#      triton version; TRITON=none with vllm-only keeps the image's Triton 3.6.0), KEEP_MOE (1: keep vLLM's MoE ops for a MoE base; use its own OUTDIR, the caches do not know it), KEEP (0: delete
 #      downloads and stage at the end; default 1. The per-wheel .tar.xz are cached either way).
 # Result: OUTDIR/MODE/payload.tar.xz.part-aa..  SHA256SUMS  install.sh  MANIFEST.txt  calls.txt
 #         (OUTDIR/vllm-only-image-triton/ for TRITON=none)

@@ -63,7 +63,9 @@ import sys
 sys.setdlopenflags(os.RTLD_LAZY)
 PY
 # smoke test: versions, one ATen CUDA kernel (a pruned fatbin must still load), one Triton kernel
-PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 python3 - <<'PY' || echo "SMOKE TEST FAILED (see above)"
+# Written to a file: Triton 3.8 refuses @jit functions it cannot read the source of (stdin).
+SMOKE=$SITE/.payload_smoke_test.py
+cat > "$SMOKE" <<'PY'
 import torch, triton, triton.language as tl, subprocess, os
 print("torch", torch.__version__, "from", os.path.dirname(torch.__file__), "| cuda", torch.version.cuda,
       "| cudnn", torch.backends.cudnn.version(), "| triton", triton.__version__)
@@ -83,6 +85,7 @@ try:
 except Exception as e:
     print("vllm import FAILED:", repr(e))
 PY
+PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 python3 "$SMOKE" || echo "SMOKE TEST FAILED (see above)"
 cat <<MSG
 
 Now run:
