@@ -240,18 +240,13 @@ def build_tokenizer(corpus: str = _CORPUS, bpe_vocab: int = BPE_VOCAB):
 # -- model ----------------------------------------------------------------------------------
 
 
-def model_config(tok, text_config: dict[str, Any] = TEXT_CONFIG,
-                 vision_config: dict[str, Any] = VISION_CONFIG):
-    """The ``Qwen3_5Config`` for ``tok`` with these text and vision settings (the tokenizer
-    fixes the vocabulary size and the special token ids)."""
-    from transformers import Qwen3_5Config
-
+def config_fields(tok, text_config: dict[str, Any], vision_config: dict[str, Any]) -> dict[str, Any]:
+    """What a Qwen3.5-family config takes from the tokenizer (vocabulary size and special token
+    ids), with these text and vision settings: shared by the dense and the MoE tiny models."""
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    vocab = len(tok)
-    text = dict(text_config, vocab_size=vocab, eos_token_id=ids["<|im_end|>"],
+    text = dict(text_config, vocab_size=len(tok), eos_token_id=ids["<|im_end|>"],
                 bos_token_id=None, pad_token_id=ids["<|endoftext|>"])
-    text.pop("full_attention_interval", None)
-    return Qwen3_5Config(
+    return dict(
         text_config=text,
         vision_config=dict(vision_config),
         image_token_id=ids["<|image_pad|>"],
@@ -259,9 +254,30 @@ def model_config(tok, text_config: dict[str, Any] = TEXT_CONFIG,
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
-        architectures=["Qwen3_5ForConditionalGeneration"],
         dtype="bfloat16",
     )
+
+
+def model_config(tok, text_config: dict[str, Any] = TEXT_CONFIG,
+                 vision_config: dict[str, Any] = VISION_CONFIG):
+    """The ``Qwen3_5Config`` for ``tok`` with these text and vision settings."""
+    from transformers import Qwen3_5Config
+
+    fields = config_fields(tok, text_config, vision_config)
+    fields["text_config"].pop("full_attention_interval", None)
+    return Qwen3_5Config(**fields, architectures=["Qwen3_5ForConditionalGeneration"])
+
+
+def widen_lm_head(model, seed: int) -> None:
+    """Random weights give near-uniform logits; a wide lm_head makes greedy decoding decisive,
+    so that a working adapter flips tokens instead of nudging logprobs in the third digit.
+    The embeddings stay at 0.02 so the layers (and their LoRA deltas) dominate the residual."""
+    import torch
+
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed)
+        head = model.lm_head.weight
+        head.copy_(torch.randn(head.shape, generator=g) * 0.5)
 
 
 def _build_model(config):
@@ -270,13 +286,7 @@ def _build_model(config):
 
     torch.manual_seed(SEED)
     model = Qwen3_5ForConditionalGeneration(config)
-    # Random weights give near-uniform logits; a wide lm_head makes greedy decoding decisive,
-    # so that a working adapter flips tokens instead of nudging logprobs in the third digit.
-    # The embeddings stay at 0.02 so the layers (and their LoRA deltas) dominate the residual.
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(SEED + 1)
-        head = model.lm_head.weight
-        head.copy_(torch.randn(head.shape, generator=g) * 0.5)
+    widen_lm_head(model, SEED + 1)
     return model.to(torch.bfloat16).eval()
 
 

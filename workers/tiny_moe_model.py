@@ -81,20 +81,8 @@ def model_config(tok, text_config: dict[str, Any] = TEXT_CONFIG, vision_config: 
     """The ``Qwen3_5MoeConfig`` for ``tok`` (vocabulary size and special token ids from it)."""
     from transformers import Qwen3_5MoeConfig
 
-    ids = {t: tok.convert_tokens_to_ids(t) for t in dense.SPECIAL_TOKENS}
-    text = dict(text_config, vocab_size=len(tok), eos_token_id=ids["<|im_end|>"],
-                bos_token_id=None, pad_token_id=ids["<|endoftext|>"])
-    return Qwen3_5MoeConfig(
-        text_config=text,
-        vision_config=dict(vision_config),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-        architectures=["Qwen3_5MoeForConditionalGeneration"],
-        dtype="bfloat16",
-    )
+    return Qwen3_5MoeConfig(**dense.config_fields(tok, text_config, vision_config),
+                            architectures=["Qwen3_5MoeForConditionalGeneration"])
 
 
 def _build_model(config):
