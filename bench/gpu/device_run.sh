@@ -282,7 +282,7 @@ case $STAGE in
   patchoff)
     assets
     bench graphs_nopatch off 0 warmup,bare_nolora,bare_one,bare_mixed3,prefill_one,prefill_nolora,bare_nolora_repeat
-    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify/ ] && verify on
+    [ $(left) -gt 200 ] && [ -d $REPO/engine_patch/verify ] && verify on
     [ $(left) -gt 90 ] && [ ! -f $RES/fault_off.json ] && fault off
     [ $(left) -gt 90 ] && [ ! -f $RES/fault_on.json ] && fault on
     [ $(left) -gt 200 ] && bench eager_patch on 1 warmup,bare_nolora,bare_one,bare_mixed3,prefill_one
@@ -360,8 +360,8 @@ case $STAGE in
     fi
     ;;
   tiny)
-    [ -f $REPO/engine_patch/verify/ ] && verify on
-    [ $(left) -gt 200 ] && [ -f $REPO/engine_patch/verify/ ] && verify off
+    [ -d $REPO/engine_patch/verify ] && verify on
+    [ $(left) -gt 200 ] && [ -d $REPO/engine_patch/verify ] && verify off
     [ $(left) -gt 90 ] && fault off
     [ $(left) -gt 90 ] && fault on
     ;;
