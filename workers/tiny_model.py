@@ -508,17 +508,22 @@ def _build_locked(out: Path, scenarios: list[str], force: bool) -> Path:
             _check_adapter(adir)
 
     (tmp / ".tiny-model-stamp").write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+    publish(tmp, out)
+    log.info("built tiny model in %s (%.1fs)", out, time.perf_counter() - t0)
+    return out / "base"
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Make the finished build in `tmp` readable by all and put it at `out`. Two renames, so a
+    process reading the old tree (an engine loading an adapter lazily) sees it vanish for
+    microseconds, not for the length of an rmtree."""
     _readable_by_all(tmp)
-    # Two renames, so a process reading the old tree (an engine loading an adapter lazily)
-    # sees it vanish for microseconds, not for the length of an rmtree.
     old = out.with_name(out.name + ".old-build")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
         out.rename(old)
     tmp.rename(out)
     shutil.rmtree(old, ignore_errors=True)
-    log.info("built tiny model in %s (%.1fs)", out, time.perf_counter() - t0)
-    return out / "base"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,13 +194,7 @@ def _build_locked(out: Path, force: bool) -> Path:
             _check_adapter(tmp / "adapters" / name)
     stamp_tmp = tmp / stamp.name
     stamp_tmp.write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
-    dense._readable_by_all(tmp)
-    old = out.with_name(out.name + ".old-build")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    dense.publish(tmp, out)
     log.info("built tiny MoE model in %s (%.1fs)", out, time.perf_counter() - t0)
     return out / "base"
 
