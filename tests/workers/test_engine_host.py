@@ -445,7 +445,9 @@ def test_an_adapter_garbage_on_long_prompts_is_refused_and_the_rest_served(host,
     tok = AutoTokenizer.from_pretrained(str(model_dir / "base"))
     prompts = {L: make_prompt(tok, L, offset=L) for L in (SHORT_LENGTH, *LONG_LENGTHS)}
     only_long = sorted(set(prompts[450]) - set(prompts[150]) - set(prompts[SHORT_LENGTH]))
-    info = make_fault_adapter(model_dir, tmp_path / "longbad", source=SCENARIOS[1], candidates=only_long)
+    # From another scenario than the module's `trigger` adapter: the same source and trigger token
+    # would give the same weights, and the host rightly keeps this refusal for that digest.
+    info = make_fault_adapter(model_dir, tmp_path / "longbad", source=SCENARIOS[2], candidates=only_long)
     _register_scenarios(host, model_dir)
     # The sample (rank, then name): artifact_identification, longbad; the rest need no canary here.
     monkeypatch.setattr(startup_checks, "MAX_LONG_ADAPTERS", 2)
