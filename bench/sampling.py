@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import subprocess
 import sys
@@ -51,8 +50,9 @@ def make_clip(seconds: int) -> Path:
 
 
 def cpu_now() -> float:
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    from vidlora.media.decode_server import cpu_seconds
+
+    return cpu_seconds()
 
 
 def run_once(clip: Path, policy: SamplingPolicy, backend: str, info) -> tuple[float, float, list[float]]:

@@ -16,7 +16,6 @@ Two kinds:
 from __future__ import annotations
 
 import os
-import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -98,15 +97,14 @@ def _reason(text: str | None) -> str:
 
 @contextmanager
 def decode_cpu() -> Iterator[None]:
-    """Count the CPU seconds of this block, decoder subprocesses included."""
-    def used() -> float:
-        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-    start = used()
+    """Count the CPU seconds of this block, probe and decode processes included."""
+    from vidlora.media.decode_server import cpu_seconds
+
+    start = cpu_seconds()
     try:
         yield
     finally:
-        DECODE_CPU_SECONDS.observe(used() - start)
+        DECODE_CPU_SECONDS.observe(cpu_seconds() - start)
 
 
 def record_engine_memory() -> None:

@@ -1,23 +1,21 @@
-"""Decode worker: ``python -m vidlora.media.decode_worker`` reads one JSON job on stdin.
+"""The decode job: ``run(job)`` decodes one video's picks to JPEGs and says how it went.
 
-It runs one backend, writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``,
-k = index among the unique picks), and prints one JSON line: ``{"ok": true, "pts": [...]}`` or
+It writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``, k = index among
+the unique picks) and returns ``{"ok": true, "pts": [...]}`` or
 ``{"ok": false, "kind": "mismatch"|"damaged"|"error", "error": "..."}``; ``notes`` on success say
 how it was decoded where that is worth keeping (a file that could not be sought in) (damaged: with the
 table indices of the picks that decode only with errors).
 
-It exists so that native decoders (which can hang holding the GIL, or crash) run in a process
-the caller can kill; the caller starts it in its own session and kills the whole group on
-timeout. As a second line of defence the worker arms an alarm that kills its own group (and any
-ffmpeg child) should the caller die without cleaning up.
+It runs only in a worker that ``decode_server`` forks for the job, in a session of its own, so
+that native decoders (which can hang holding the GIL, or crash) run in a process the caller can
+kill with its whole group on timeout. As a second line of defence the job arms an alarm that
+kills its own group (and any ffmpeg child) should the caller die without cleaning up.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 # PIL transpose for a clockwise display rotation (PIL's ROTATE_n turns counter-clockwise).
@@ -30,6 +28,8 @@ def run(job: dict) -> dict:
     from vidlora.media.decoders import Damaged, Mismatch, decode
     from vidlora.media.ffprobe import FrameTable
 
+    if job.get("watchdog_s"):
+        _watchdog(float(job["watchdog_s"]))
     out_dir = Path(job["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     rotation = int(job["rotation"])
@@ -64,17 +64,3 @@ def _watchdog(seconds: float) -> None:
 
     signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
-
-
-def main() -> int:
-    job = json.loads(sys.stdin.read())
-    if job.get("watchdog_s"):
-        _watchdog(float(job["watchdog_s"]))
-    result = run(job)
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,9 @@
    before it (the first frame if none is). Timestamps returned are those frames' pts, in
    seconds since the first frame, so they are exact on variable-frame-rate video.
 3. Backends are tried in order (``decoders.default_backends`` unless ``backends`` is given).
-   Each attempt runs ``python -m vidlora.media.decode_worker`` in a new session with a timeout
-   of ``settings.decode_timeout_s``; on timeout the whole process group is killed. An attempt
+   Each attempt runs ``decode_worker.run`` in a worker that this thread's warm
+   ``decode_server`` forks, in a new session, with a timeout of ``settings.decode_timeout_s``;
+   on timeout the whole process group is killed. An attempt
    fails on error, crash, timeout, or when the pts it delivered differ from the ones asked for
    (the timestamp-exactness check); then the next backend is tried. So the worst case is
    ``len(backends) * decode_timeout_s``. If all fail: ``BadVideo("decoder timed out")`` when
@@ -28,20 +29,15 @@ its JPEGs, not a second decode. The shipped scenarios' two policies pick the sam
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
-from vidlora.media import reasons
+from vidlora.media import decode_server, reasons
 from vidlora.media.decoders import BACKENDS, default_backends, default_threads
 from vidlora.media.ffprobe import FrameTable, ProbeError, read_frame_table
 from vidlora.media.probe import BadVideo, ProbeInfo, plain_words, probe_with_table
@@ -49,9 +45,6 @@ from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
 
 log = logging.getLogger(__name__)
 
-# The worker command; tests replace it to prove that a hung worker is killed.
-WORKER_CMD = [sys.executable, "-m", "vidlora.media.decode_worker"]
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -222,25 +215,17 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
 
 
 def _run_worker(job: dict, timeout: float) -> _Attempt:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PROJECT_ROOT, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(WORKER_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, env=env)
-    t0 = time.monotonic()
     try:
-        out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return _Attempt(False, error=f"timed out after {time.monotonic() - t0:.1f} s", timed_out=True)
-    except BaseException:
-        _kill_group(proc)
-        raise
-    if proc.returncode != 0:
-        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        return _Attempt(False, error=f"worker crashed ({how}) {tail[0][:200]}".strip())
-    try:
-        res = json.loads(out.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        out = decode_server.server().run(job, timeout)
+    except decode_server.ServerGone as exc:
+        return _Attempt(False, error=str(exc)[:300])
+    if out.timed_out:
+        return _Attempt(False, error=f"timed out after {out.seconds:.1f} s", timed_out=True)
+    res = out.result
+    if out.status != 0:
+        how = f"signal {-out.status}" if out.status < 0 else f"exit {out.status}"
+        return _Attempt(False, error=f"worker crashed ({how}) {out.stderr[:200]}".strip())
+    if res is None:
         return _Attempt(False, error="worker gave no result")
     if res.get("ok"):
         return _Attempt(True, pts=res["pts"], replaced=tuple(int(i) for i in res.get("replaced", ())),
@@ -248,15 +233,6 @@ def _run_worker(job: dict, timeout: float) -> _Attempt:
     if res.get("kind") == "damaged":
         return _Attempt(False, error=res.get("error", "damaged"), damaged=[int(i) for i in res["picks"]])
     return _Attempt(False, error=res.get("error", "unknown error"))
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's session (it and any ffmpeg child). Only call before it is reaped."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def _publish(tmp: Path, out_dir: Path, chosen: list[int], picks: list[int]) -> list[str]:

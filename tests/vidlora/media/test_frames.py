@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support import fake_decoders
 from tests.support.corpus import VFR_SOURCE_FPS, coded_videos, read_frame_code
 from vidlora.config import Settings
+from vidlora.media import decode_server
 from vidlora.media import frames as frames_mod
 from vidlora.media.decoders import default_backends
 from vidlora.media.frames import sample_video
@@ -113,37 +114,17 @@ def test_fallback_on_failure_and_on_exactness_mismatch(good, tmp_path):
     assert not list((tmp_path / "ts2").glob("**/*.jpg"))  # no partial output left behind
 
 
-FAKE_WRONG_PTS = """
-import json, sys
-from PIL import Image
-job = json.load(sys.stdin)
-from pathlib import Path
-Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
-for k, _ in enumerate(job["picks"]):
-    Image.new("RGB", tuple(job["size"])).save(Path(job["out_dir"]) / f"{k:05d}.jpg")
-pts = [job["table"]["pts"][min(i + 1, len(job["table"]["pts"]) - 1)] for i in job["picks"]]  # neighbours
-print(json.dumps({"ok": True, "pts": pts}))
-"""
-
-
 def test_parent_rejects_a_backend_that_returns_neighbouring_frames(good, tmp_path, monkeypatch):
-    monkeypatch.setattr(frames_mod, "WORKER_CMD", [sys.executable, "-c", FAKE_WRONG_PTS])
+    monkeypatch.setattr(decode_server, "ENTRY", "tests.support.fake_decoders:neighbouring_frames")
     with pytest.raises(BadVideo, match="^decoding failed: ") as exc:
         sample_video(good["h264_mp4"], UNIFORM8, tmp_path / "x" / "f", backends=["pyav"])
     assert "other timestamps than asked for" in exc.value.detail
 
 
-FAKE_HANG = """
-import subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-open(sys.argv[1], "w").write(str(child.pid))
-time.sleep(300)
-"""
-
-
 def test_hung_decoder_is_killed_with_its_children(good, tmp_path, monkeypatch):
     pidfile = tmp_path / "child.pid"
-    monkeypatch.setattr(frames_mod, "WORKER_CMD", [sys.executable, "-c", FAKE_HANG, str(pidfile)])
+    monkeypatch.setenv(fake_decoders.PIDFILE_ENV, str(pidfile))
+    monkeypatch.setattr(decode_server, "ENTRY", "tests.support.fake_decoders:hang")
     settings = Settings(decode_timeout_s=1.5)
     info = probe(good["h264_mp4"])
     t0 = time.monotonic()
