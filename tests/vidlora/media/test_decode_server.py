@@ -126,6 +126,22 @@ def test_one_server_per_thread_and_per_process():
     other[0].stop()
 
 
+def test_a_server_ends_when_its_sampling_process_is_killed(tmp_path):
+    """A CPU worker child SIGKILLed (OOM, a pool's hard timeout) leaves no server behind."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal; from vidlora.media import decode_server; "
+            "s = decode_server.DecodeServer('tests.support.fake_decoders:remember'); s.run({}, timeout=30); "
+            "print(s.proc.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    server_pid = int(out.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(server_pid)
+
+
 def _kill_later(pid: int, delay: float):
     import threading
 
