@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.support.processes import running
 from vidlora.media import decode_server
 from vidlora.media.decode_server import DecodeServer, ServerGone
 
@@ -67,7 +68,7 @@ def test_a_job_past_its_timeout_is_killed_and_the_server_serves_the_next(tmp_pat
         assert out.timed_out and out.status == -signal.SIGKILL and time.monotonic() - t0 < 10
         child = int(pidfile.read_text())
         time.sleep(0.2)
-        assert not _alive(child)  # the worker's child went with its session
+        assert not running(child)  # the worker's child went with its session
         pid = s.proc.pid
         out = s.run({}, timeout=1.0)
         assert out.timed_out and s.proc.pid == pid
@@ -96,7 +97,7 @@ def test_a_server_dying_mid_job_fails_that_job_only(tmp_path, monkeypatch):
         killer.join()
         assert s.proc is None
         time.sleep(0.2)
-        assert not _alive(int((tmp_path / "child.pid").read_text()))  # the orphaned job was killed
+        assert not running(int((tmp_path / "child.pid").read_text()))  # the orphaned job was killed
     finally:
         s.stop()
 
@@ -137,9 +138,9 @@ def test_a_server_ends_when_its_sampling_process_is_killed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     server_pid = int(out.split()[0])
     deadline = time.monotonic() + 10
-    while _alive(server_pid) and time.monotonic() < deadline:
+    while running(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(server_pid)
+    assert not running(server_pid)
 
 
 def _kill_later(pid: int, delay: float):
@@ -149,10 +150,3 @@ def _kill_later(pid: int, delay: float):
     t.start()
     return t
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")

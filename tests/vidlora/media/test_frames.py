@@ -17,6 +17,7 @@ from PIL import Image
 
 from tests.support import fake_decoders
 from tests.support.corpus import VFR_SOURCE_FPS, coded_videos, read_frame_code
+from tests.support.processes import running
 from vidlora.config import Settings
 from vidlora.media import decode_server
 from vidlora.media import frames as frames_mod
@@ -135,17 +136,9 @@ def test_hung_decoder_is_killed_with_its_children(good, tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 6
     child = int(pidfile.read_text())
     time.sleep(0.2)
-    assert not _alive(child)  # the grandchild died with its process group
+    assert not running(child)  # the grandchild died with its process group
     assert not list((tmp_path / "h").glob("**/*.jpg"))
 
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for an init that reaps slowly counts as dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def test_real_decode_past_a_tiny_timeout_is_killed(good, tmp_path):
