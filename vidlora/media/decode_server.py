@@ -142,6 +142,7 @@ class DecodeServer:
     def __init__(self, entry: str = ENTRY):
         self.entry = entry
         self.owner = os.getpid()
+        self.thread = threading.current_thread()
         self.proc: subprocess.Popen | None = None
         self._buf = b""
 
@@ -265,8 +266,23 @@ def server(entry: str | None = None) -> DecodeServer:
         if mine is not None and mine.owner == os.getpid():
             mine.stop()
         mine = _local.server = DecodeServer(entry)
+        _prune()
         _started.append(mine)
     return mine
+
+
+def _prune() -> None:
+    """Forget servers no thread of this process can use again (replaced, stopped, their thread
+    ended, or a parent's copied by fork); stop those of ended threads, so none outlives its use."""
+    keep = []
+    for srv in _started:
+        if srv.owner != os.getpid() or srv.proc is None:
+            continue
+        if not srv.thread.is_alive():
+            srv.stop()
+            continue
+        keep.append(srv)
+    _started[:] = keep
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class SampledFrames:
     timestamps: list[float]  # real pts of each sampled frame, seconds since the first frame

@@ -114,8 +114,10 @@ def test_cpu_seconds_count_the_workers_of_a_live_server(monkeypatch):
     assert decode_server.cpu_seconds() - before == pytest.approx(used, abs=0.2)
 
 
-def test_one_server_per_thread_and_per_process():
+def test_one_server_per_thread_and_per_process(monkeypatch):
     import threading
+
+    monkeypatch.setattr(decode_server, "ENTRY", "tests.support.fake_decoders:remember")
 
     mine = decode_server.server()
     assert decode_server.server() is mine
@@ -124,7 +126,14 @@ def test_one_server_per_thread_and_per_process():
     t.start()
     t.join()
     assert other[0] is not mine
-    other[0].stop()
+    ended = other[0]
+    ended.run({}, timeout=30)
+    # The next server started in this process stops the one whose thread has ended.
+    t = threading.Thread(target=lambda: other.append(decode_server.server()))
+    t.start()
+    t.join()
+    assert ended.proc is None and ended not in decode_server._started
+    other[1].stop()
 
 
 def test_a_server_ends_when_its_sampling_process_is_killed(tmp_path):
