@@ -72,13 +72,14 @@ def apply_engine_patch() -> str:
 
 
 def lora_path_counts() -> dict[str, int]:
-    """LoRA module calls in this process by path: engine_patch's dense GEMMs, Punica's
-    kernels, or base (a step with no token on an adapter: nothing to add). All zero when the
-    dense patch is off or engine_patch is absent."""
+    """LoRA module calls in this process by path: engine_patch's dense GEMMs, its all-slots
+    form (what CUDA graphs capture, counted at capture), Punica's kernels, or base (a step with
+    no token on an adapter: nothing to add). All zero when the dense patch is off or
+    engine_patch is absent."""
     try:
         from engine_patch.patches import dense_lora
     except ImportError:
-        return {"dense": 0, "punica": 0, "base": 0}
+        return {"dense": 0, "all_slots": 0, "punica": 0, "base": 0}
     return dense_lora.counts()
 
 

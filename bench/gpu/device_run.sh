@@ -19,6 +19,11 @@
 #          selfcheck issue 36: the GPU worker's start-up checks (bench/gpu/selfcheck.py) through
 #                   its own EngineHost: tiny model with CUDA graphs and eager, verify check d (no-adapter
 #                   request, LoRA engine vs no-LoRA engine), the 27B-shape dummy engine with graphs
+#          captured issue 35: engine_patch's all-slots LoRA inside CUDA graphs proven on small engines
+#                   (verify with graphs, the worker's start-up checks), beside issue 36's open 0.33
+#                   checks (verify 16k-32k, check d, forced rebuild, MoE); builds the 27B assets
+#          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
+#                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
 #          moe      issue 36: Qwen3.6-35B-A3B shape (256 experts, 8 active) cut to MOE_LAYERS (default 4:
 #                   3 GDN + 1 attention, every layer at full size) with a random checkpoint written here:
 #                   registration verdicts, no-adapter output with enable_lora off vs on (#49063), and
@@ -103,6 +108,16 @@ rebuild() {  # patch(on/off)
   timeout $(( $(left) - 5 )) python3 -m bench.gpu.rebuild --tiny $REPO/var/tiny-model --work $SCRATCH/rebuild_$1 \
     --json $RES/rebuild_$1.json --patch $1 --utilization 0.3 --llm-kwargs "$GPUKW" > $RES/rebuild_$1.log 2>&1
   log "rebuild $1 rc=$?"; tail -1 $RES/rebuild_$1.log | cut -c1-400
+}
+
+verify_graphs() {  # issue 35: verify with CUDA graphs, so decode replays what was captured
+  log "verify graphs"
+  local A=$REPO/var/tiny-model/adapters
+  timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
+    --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure \
+    --lengths 16,128,450,2048 --max-new-tokens 16 --checks a,b --json $RES/verify_graphs.json \
+    --llm-kwargs "${VERIFYKW%\}}, \"enforce_eager\": false}" --workdir $SCRATCH/verify_graphs > $RES/verify_graphs.log 2>&1
+  log "verify graphs rc=$?"; tail -5 $RES/verify_graphs.log | cut -c1-300
 }
 
 verify_long() {  # one adapter, text prompts to 32k tokens
@@ -257,6 +272,25 @@ case $STAGE in
     ;;
   moe)
     moe_stage
+    ;;
+  captured)  # issue 35 (+ issue 36's open checks); small engines share the GPU, fixed KV sizes
+    VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296}'
+    M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
+    KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
+    ( verify_graphs ) & L1=$!
+    ( selfcheck_run tiny_graphs $M 0 "$KW" "--max-lora-rank 8" $A/artifact_identification $A/murals_inscriptions $A/tomb_structure
+      [ $(left) -gt 120 ] && verify_nolora ) & L2=$!
+    ( verify_long ) & L3=$!
+    ( rebuild on; [ "${VERSION_MOE:-1}" = 1 ] && [ $(left) -gt 150 ] && moe_stage ) & L4=$!
+    ( [ -f $ASSETS/assets.json ] || python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L5=$!
+    wait $L1 $L2 $L3 $L4 $L5
+    ;;
+  allslots)  # issue 35: what CUDA graphs capture for LoRA, through the streaming loop, both shapes
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    MODE=${ALLSLOTS_MODE:-on}
+    PH=${ALLSLOTS_PHASES:-warmup,stream_nolora#2000x128x256,stream_one#2000x128x256,stream_mixed3#356x256x512,stream_one#356x256x512,stream_nolora#356x256x512}
+    VIDLORA_DENSE_LORA_GRAPHS=$MODE bench allslots_$MODE on 0 $PH $ASSETS "--max-num-seqs 256 --stream-capacity 256"
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }

@@ -7,20 +7,34 @@ CPU they copy each token's adapter weights before a mat-vec per token (`weights[
 `lora/ops/torch_ops`), on the GPU the Triton kernels cost several times their memory floor.
 Here a step whose tokens form at most `max_segments` adapter runs applies each run with plain
 GEMMs on that adapter's slot: one shrink per slice, one expand per slice added into the output.
-Every other step, and every CUDA-graph capture, stays on Punica.
+Every other eager step stays on Punica.
+
+CUDA graphs (issue 35): a captured graph replays the kernels of its capture, whatever the next
+step's adapters are, so the runs cannot be planned there. On the H200 that left every decode
+step on Punica, and a decode-only step with one adapter cost 1.51x the same step without LoRA
+(`bench/results/streaming_h200.md`). While a graph is captured the ops therefore record the
+*all-slots* form instead: per slice, one GEMM of the tokens against every slot's A at once
+(``[tokens, max_loras x rank]``), a mask keeping each token's own slot's columns (one-hot rows
+in persistent buffers the wrapper rewrites from vLLM's ``_token_lora_indices`` at every
+mapping, before any replay), and one GEMM against every slot's B side by side. Another slot's
+columns add exact zeros, so the result is the per-slot product; the cost is reading all
+`max_loras` slots' weights, a few per cent of the base weights at rank 64, in four cuBLAS-sized
+kernels per slice (`add_lora_linear` is hooked too, so the shrink's result never goes through
+vLLM's buffer there).
 
 How the path is chosen, per step and for free:
 - `update_metadata` (when vLLM's adapter mapping changes) turns `mapping.index_mapping`, the
   host tuple of one LoRA id per scheduled token, into a `Plan`: the runs `(start, end, slot)`
   and the token count. No device sync.
-- `add_shrink` / `add_expand` (every LoRA linear: column-parallel and packed layers through
-  `add_lora_linear`, row-parallel `o_proj` / `down_proj` / GDN `out_proj` directly) call one
-  custom op each, `vidlora::lora_shrink` / `vidlora::lora_expand`. The choice happens inside the
+- `add_lora_linear` (column-parallel and packed layers) calls `vidlora::lora_linear`, which
+  takes the all-slots form or runs the stock method; `add_shrink` / `add_expand` (reached from
+  there, and directly from row-parallel `o_proj` / `down_proj` / GDN `out_proj`) call
+  `vidlora::lora_shrink` / `vidlora::lora_expand`. The choice happens inside the
   op because on the GPU the wrapper's Python is traced once by torch.compile (a Python `if`
-  there is frozen) and CUDA-graph replays run no Python at all. The op goes dense when the
-  plan allows it, covers exactly this call's rows and no graph is being captured; otherwise it
-  runs the stock wrapper method. Captured sizes (decode steps, up to 2 x max_num_seqs tokens)
-  therefore replay Punica, reading the device metadata Punica keeps current.
+  there is frozen) and CUDA-graph replays run no Python at all. While a graph is captured
+  (decode steps and small mixed steps, up to the largest capture size) the ops record the
+  all-slots form; otherwise they go dense when the plan allows it and covers exactly this
+  call's rows, and run the stock wrapper method (Punica) when it does not.
 - Tested on single-rank engines only (vidlora runs one engine per GPU). Under tensor
   parallelism the row-parallel layer all-reduces the buffer between the two ops and passes its
   shard's `offset_start`, both of which the dense ops honour, but no such run has been made.
@@ -31,9 +45,13 @@ is where Punica's expand rounds its fp32 buffer too. Rows outside every run get 
 shrink and no expand, as index -1 does under `lora_index_mask`.
 
 Switch: `VIDLORA_DENSE_LORA=off` keeps stock Punica (the benchmark's comparison side);
-`VIDLORA_DENSE_LORA_MAX_SEGMENTS` (default 4) bounds the runs a dense step may have.
-`counts()` says how many module applications ran each way in this process (dense, punica, or
-base: a step without adapter tokens); the engine host reports it per batch.
+`VIDLORA_DENSE_LORA_MAX_SEGMENTS` (default 4) bounds the runs a dense step may have;
+`VIDLORA_DENSE_LORA_GRAPHS` chooses what a CUDA graph captures: `on` (default) the all-slots
+form, `off` Punica, `always` the all-slots form on every step, eager ones too (how the CPU
+proves its numbers through a real engine, where nothing is captured).
+`counts()` says how many module applications ran each way in this process (dense, all_slots,
+punica, or base: a step without adapter tokens; a graph's are counted once, at its capture); the
+engine host reports it per batch.
 """
 from __future__ import annotations
 
@@ -143,6 +161,95 @@ def dense_expand(y: torch.Tensor, x, lora_b_stacked, output_slices, offset_start
         offset += width
 
 
+def all_slots_linear(y: torch.Tensor, x: torch.Tensor, lora_a_stacked, lora_b_stacked, scale: float,
+                     output_slices, add_inputs: bool, pick: torch.Tensor) -> None:
+    """``y[t, slice_i] += scale * x[t] @ A_i[s]^T @ B_i[s]^T`` with ``s`` token t's slot, for every
+    token at once (nothing where ``pick[t]`` is a row of 0).
+
+    ``pick``: ``[tokens, slots]`` one-hot in the shrink's compute dtype. Graph-safe: no host
+    sync and no shape that depends on the mapping, so a CUDA graph captured with it is right for
+    whatever mapping ``pick`` holds at replay. Per slice four kernels: the shrink against every
+    slot (``A`` viewed ``[slots x rank, hidden]``), the mask, ``B``'s slots side by side, the
+    expand. Rounds as the per-run dense path: the shrink once in its compute dtype, the expand as
+    `dense_expand`."""
+    tokens = x.shape[0]
+    compute = pick.dtype
+    xc = x if x.dtype == compute else x.to(compute)
+    if scale != 1.0:
+        pick = pick * scale
+    offset = 0
+    for a, b, width in zip(lora_a_stacked, lora_b_stacked, output_slices):
+        masked = _masked_shrink(xc, a, pick)
+        if masked.dtype != y.dtype:
+            masked = masked.to(y.dtype)
+        _spread_expand(y[:, offset:offset + width], masked, b, width, add_inputs)
+        offset += width
+
+
+def all_slots_shrink(y, x: torch.Tensor, lora_a_stacked, scale: float, pick: torch.Tensor) -> None:
+    """``y[i][t] = scale * x[t] @ A_i[slot(t)]^T`` for every token, 0 where ``pick[t]`` is 0:
+    the row-parallel layers' shrink (their buffer may be all-reduced before the expand).
+    ``pick`` in the shrink's compute dtype; graph-safe as `all_slots_linear`."""
+    tokens = x.shape[0]
+    xc = x if x.dtype == pick.dtype else x.to(pick.dtype)
+    if scale != 1.0:
+        pick = pick * scale
+    for i, a in enumerate(lora_a_stacked):
+        slots, _, rank, _ = a.shape
+        # Another slot's columns are exact zeros, so the sum over slots is the token's own.
+        y[i][:, :rank].copy_(_masked_shrink(xc, a, pick).view(tokens, slots, rank).sum(1))
+
+
+def all_slots_expand(y: torch.Tensor, x, lora_b_stacked, output_slices, offset_start: int,
+                     add_inputs: bool, pick: torch.Tensor) -> None:
+    """``y[t, slice_i] += x[i][t] @ B_i[slot(t)]^T`` for every token (nothing where ``pick[t]`` is
+    0): the row-parallel layers' expand. ``pick`` in ``y``'s dtype; graph-safe as above."""
+    tokens = y.shape[0]
+    offset = offset_start
+    for i, b in enumerate(lora_b_stacked):
+        width = output_slices[i]
+        slots, _, _, rank = b.shape
+        xi = x[i][:, :rank]
+        if xi.dtype != y.dtype:
+            xi = xi.to(y.dtype)
+        spread = (pick.unsqueeze(2) * xi.unsqueeze(1)).view(tokens, slots * rank)
+        _spread_expand(y[:, offset:offset + width], spread, b, width, add_inputs)
+        offset += width
+
+
+def _masked_shrink(xc: torch.Tensor, a: torch.Tensor, pick: torch.Tensor) -> torch.Tensor:
+    """``[tokens, slots x rank]``: x against every slot's A, each token keeping its slot's columns."""
+    slots, _, rank, hidden = a.shape
+    w = a.view(slots * rank, hidden)
+    if w.dtype != xc.dtype:
+        w = w.to(xc.dtype)
+    every = torch.mm(xc, w.t()).view(xc.shape[0], slots, rank)
+    return (every * pick.unsqueeze(2)).view(xc.shape[0], slots * rank)
+
+
+def _spread_expand(cols: torch.Tensor, spread: torch.Tensor, b: torch.Tensor, width: int,
+                   add_inputs: bool) -> None:
+    """``cols += spread @ [B_0; B_1; ...]`` with the slots' B side by side along the inner
+    dimension (a copy: B is stored ``[slots, width, rank]``, which no view turns into this)."""
+    slots, _, _, rank = b.shape
+    w = b[:, 0, :width, :].transpose(1, 2).reshape(slots * rank, width)
+    if w.dtype != cols.dtype:
+        w = w.to(cols.dtype)
+    if not add_inputs:
+        cols.zero_()
+    if cols.is_cuda:
+        cols.addmm_(spread, w)  # fp32 accumulator added and rounded once, as Punica's kernel
+    else:
+        cols += torch.mm(spread, w)  # product rounded, then the sum, as the stock CPU op
+
+
+def one_hot(slot: torch.Tensor, slots: int, dtype) -> torch.Tensor:
+    """``[tokens, slots]``: 1 at each token's slot, a row of 0 for ``slot < 0`` (no adapter);
+    slots out of range also give 0 rather than an index error."""
+    ids = torch.arange(slots, device=slot.device)
+    return (slot.unsqueeze(1) == ids.unsqueeze(0)).to(dtype)
+
+
 def _zero_outside(out: torch.Tensor, segments) -> None:
     prev = 0
     for start, end, _ in segments:
@@ -156,7 +263,7 @@ def _zero_outside(out: torch.Tensor, segments) -> None:
 # -- which path: the plan, the counters, the ops --------------------------------------------------
 
 # "base": a step with no adapter tokens (the shrink writes zeros, nothing is added).
-_counts = {"dense": 0, "punica": 0, "base": 0}
+_counts = {"dense": 0, "all_slots": 0, "punica": 0, "base": 0}
 _counts_lock = threading.Lock()
 # key -> Punica wrapper, so the ops take a plain int; weak, so a closed engine's wrapper goes.
 _wrappers: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
@@ -189,6 +296,17 @@ def max_segments() -> int:
     return max(1, int(os.environ.get("VIDLORA_DENSE_LORA_MAX_SEGMENTS", DEFAULT_MAX_SEGMENTS)))
 
 
+GRAPH_MODES = ("on", "off", "always")
+
+
+def graph_mode() -> str:
+    """`VIDLORA_DENSE_LORA_GRAPHS`: what a captured CUDA graph applies (module docstring)."""
+    mode = os.environ.get("VIDLORA_DENSE_LORA_GRAPHS", "on")
+    if mode not in GRAPH_MODES:
+        raise ValueError(f"VIDLORA_DENSE_LORA_GRAPHS={mode!r}: expected one of {', '.join(GRAPH_MODES)}")
+    return mode
+
+
 def _capturing(x: torch.Tensor) -> bool:
     return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
@@ -201,29 +319,107 @@ def _dense_segments(wrapper, x: torch.Tensor):
     return plan.segments
 
 
+def _compute_dtype(x: torch.Tensor):
+    # The CPU's stock op computes the shrink in fp32; the GPU's accumulates in fp32 and its
+    # expand rounds the result to the weights' dtype, which one bf16 GEMM does too.
+    return torch.float32 if x.device.type == "cpu" else x.dtype
+
+
+# The one-hot slot rows the all-slots form reads, one persistent buffer per dtype it may need.
+_PICK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _refresh_picks(wrapper, n_tokens: int, slots: int) -> None:
+    """Rewrite the first ``n_tokens`` one-hot rows from vLLM's ``_token_lora_indices`` (just
+    written by ``update_metadata``). Runs eagerly before each step, so a captured graph, which
+    reads these buffers at the address they had at capture, sees this step's mapping. The
+    buffers are made once, at the first mapping (before vLLM captures anything)."""
+    if wrapper._vidlora_graph_mode == "off":
+        return
+    indices = getattr(wrapper, "_token_lora_indices", None)
+    if indices is None:
+        return
+    picks = wrapper._vidlora_picks
+    if picks is None:
+        picks = wrapper._vidlora_picks = {
+            dt: torch.zeros(indices.shape[0], slots, dtype=dt, device=indices.device) for dt in _PICK_DTYPES}
+    elif picks[torch.float32].shape[1] != slots:  # never seen: the slot count is fixed per engine
+        log.error("dense_lora: slot count changed from %d to %d; Punica runs every step from now on",
+                  picks[torch.float32].shape[1], slots)
+        wrapper._vidlora_graph_mode = "off"
+        return
+    hot = one_hot(indices[:n_tokens], slots, torch.float32)
+    for buf in picks.values():
+        buf[:n_tokens].copy_(hot)
+
+
+def _pick(wrapper, x: torch.Tensor, dtype, slots: int):
+    """This call's one-hot slot rows when it takes the all-slots form (a graph being captured,
+    or every call under ``always``), else None."""
+    if not _enabled:
+        return None
+    mode = getattr(wrapper, "_vidlora_graph_mode", "off")
+    if mode == "off" or (mode == "on" and not _capturing(x)):
+        return None
+    picks = getattr(wrapper, "_vidlora_picks", None)
+    if not picks or dtype not in picks or picks[dtype].shape[0] < x.shape[0] or picks[dtype].shape[1] != slots:
+        return None
+    return picks[dtype][: x.shape[0]]
+
+
+def _linear(wrapper, y: torch.Tensor, x: torch.Tensor, lora_a, lora_b, scale: float, output_slices,
+            add_inputs: bool) -> None:
+    """One LoRA linear (shrink and expand): the all-slots form, or the stock method, which
+    reaches the per-run dense path or Punica through `_shrink` / `_expand`."""
+    x2 = x.view(-1, x.shape[-1])
+    pick = _pick(wrapper, x2, _compute_dtype(x2), lora_a[0].shape[0])
+    if pick is None:
+        kw = {} if add_inputs else {"add_inputs": False}  # 0.26/0.32 take no add_inputs here
+        type(wrapper).add_lora_linear.__vidlora_orig__(wrapper, y, x, tuple(lora_a), tuple(lora_b), scale,
+                                                       tuple(output_slices), **kw)
+        return
+    _count("all_slots")
+    # The GPU's stock expand adds (0.26 ignores add_inputs; 0.33 writes only when LoRA runs on
+    # its own stream into zeros, where adding is the same); the CPU's honours it.
+    all_slots_linear(y.view(-1, y.shape[-1]), x2, lora_a, lora_b, scale, output_slices,
+                     add_inputs or y.is_cuda, pick)
+
+
 def _shrink(wrapper, y, x: torch.Tensor, lora_a, scale: float) -> None:
     x2 = x.view(-1, x.shape[-1])
+    compute = _compute_dtype(x2)
+    pick = _pick(wrapper, x2, compute, lora_a[0].shape[0])
+    if pick is not None:
+        _count("all_slots")
+        all_slots_shrink(y, x2, lora_a, scale, pick)
+        return
     segments = _dense_segments(wrapper, x2)
     if segments is None:
         _count("punica")
         type(wrapper).add_shrink.__vidlora_orig__(wrapper, y, x, tuple(lora_a), scale)
         return
     _count("dense" if segments else "base")
-    # The CPU's stock op computes the shrink in fp32; the GPU's accumulates in fp32 and its
-    # expand rounds the result to the weights' dtype, which one bf16 GEMM does too.
-    compute = torch.float32 if x2.device.type == "cpu" else x2.dtype
     dense_shrink(y, x2, lora_a, scale, segments, compute)
 
 
 def _expand(wrapper, y: torch.Tensor, x, lora_b, output_slices, offset_start: int, add_inputs: bool) -> None:
     y2 = y.view(-1, y.shape[-1])
+    add = add_inputs or y.is_cuda  # as in `_linear`
+    pick = _pick(wrapper, y2, y.dtype, lora_b[0].shape[0])
+    if pick is not None:
+        all_slots_expand(y2, x, lora_b, output_slices, offset_start, add, pick)
+        return
     segments = _dense_segments(wrapper, y2)
     if segments is None:  # counted once per module application, at its shrink
         type(wrapper).add_expand.__vidlora_orig__(wrapper, y, x, tuple(lora_b), tuple(output_slices),
                                                   offset_start=offset_start, add_inputs=add_inputs)
         return
-    # The GPU's stock expand always adds (it ignores add_inputs); the CPU's honours it.
-    dense_expand(y2, x, lora_b, output_slices, offset_start, add_inputs or y.is_cuda, segments)
+    dense_expand(y2, x, lora_b, output_slices, offset_start, add, segments)
+
+
+def _linear_op(y: torch.Tensor, x: torch.Tensor, lora_a: list[torch.Tensor], lora_b: list[torch.Tensor],
+               scale: float, output_slices: list[int], add_inputs: bool, wrapper_key: int) -> None:
+    _linear(_wrappers[wrapper_key], y, x, lora_a, lora_b, scale, output_slices, add_inputs)
 
 
 def _shrink_op(y: torch.Tensor, x: torch.Tensor, lora_a: list[torch.Tensor], scale: float,
@@ -244,7 +440,7 @@ _ops: dict[str, object] = {}
 
 
 def _register_ops() -> None:
-    """`vidlora::lora_shrink` / `vidlora::lora_expand`, opaque to torch.compile."""
+    """`vidlora::lora_shrink` / `lora_expand` / `lora_linear`, opaque to torch.compile."""
     if _ops:
         return
     from torch.library import Library
@@ -255,6 +451,7 @@ def _register_ops() -> None:
     _ops["lib"] = lib  # the ops live as long as the library object
     direct_register_custom_op("lora_shrink", _shrink_op, mutates_args=["y"], fake_impl=_noop, target_lib=lib)
     direct_register_custom_op("lora_expand", _expand_op, mutates_args=["y"], fake_impl=_noop, target_lib=lib)
+    direct_register_custom_op("lora_linear", _linear_op, mutates_args=["y"], fake_impl=_noop, target_lib=lib)
 
 
 def _wrap_update_metadata(orig):
@@ -266,6 +463,7 @@ def _wrap_update_metadata(orig):
         except Exception:  # noqa: BLE001 - an unexpected mapping shape keeps Punica
             log.exception("dense_lora: cannot plan this mapping; Punica runs it")
             self._vidlora_plan = None
+        _refresh_picks(self, len(mapping.index_mapping), len(lora_index_to_id))
     return update_metadata
 
 
@@ -276,6 +474,8 @@ def _wrap_init(orig):
         orig(self, *args, **kwargs)
         self._vidlora_key = next(_next_key)
         self._vidlora_plan = None
+        self._vidlora_graph_mode = graph_mode()
+        self._vidlora_picks = None
         _wrappers[self._vidlora_key] = self
     return __init__
 
@@ -305,6 +505,22 @@ def _wrap_add_expand(orig):
     return add_expand
 
 
+def _wrap_add_lora_linear(orig):
+    @wraps_marked(orig)
+    def add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, *, buffer=None,
+                        **kwargs):
+        if buffer is not None or set(kwargs) - {"add_inputs"}:  # a caller's own buffer or options
+            return orig(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, buffer=buffer, **kwargs)
+        add_inputs = bool(kwargs.get("add_inputs", True))
+        if y.is_cuda:
+            torch.ops.vidlora.lora_linear(y, x, list(lora_a_stacked), list(lora_b_stacked), float(scale),
+                                          [int(s) for s in output_slices], add_inputs, self._vidlora_key)
+        else:
+            _linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, add_inputs)
+        return None
+    return add_lora_linear
+
+
 def _targets() -> list[type]:
     import importlib
 
@@ -324,6 +540,10 @@ def probe() -> str | None:
     if os.environ.get("VIDLORA_DENSE_LORA", "on") == "off":
         return "disabled by VIDLORA_DENSE_LORA=off"
     try:
+        graph_mode()
+    except ValueError as exc:  # said at apply, not at the engine's first capture
+        return str(exc)
+    try:
         from vllm.utils.torch_utils import direct_register_custom_op  # noqa: F401
     except ImportError:
         return "vllm.utils.torch_utils.direct_register_custom_op not present"
@@ -331,7 +551,7 @@ def probe() -> str | None:
     if not targets:
         return "no Punica wrapper importable"
     for cls in targets:
-        for name in ("__init__", "update_metadata", "add_shrink", "add_expand"):
+        for name in ("__init__", "update_metadata", "add_shrink", "add_expand", "add_lora_linear"):
             if not callable(getattr(cls, name, None)):
                 return f"{cls.__name__}.{name} missing: layout differs from 0.26-0.33"
     if all(is_marked(cls.add_shrink) for cls in targets):
@@ -349,6 +569,7 @@ def apply() -> None:
         cls.update_metadata = _wrap_update_metadata(cls.update_metadata)
         cls.add_shrink = _wrap_add_shrink(cls.add_shrink)
         cls.add_expand = _wrap_add_expand(cls.add_expand)
+        cls.add_lora_linear = _wrap_add_lora_linear(cls.add_lora_linear)
 
 
 PATCH = Patch(

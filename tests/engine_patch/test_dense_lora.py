@@ -119,3 +119,115 @@ def test_a_call_whose_rows_differ_from_the_plan_runs_punica(wrapper_cls):
     w = _wrapper(wrapper_cls, [22] * 10)
     assert dense_lora._dense_segments(w, torch.zeros(10, 32)) == ((0, 10, 1),)
     assert dense_lora._dense_segments(w, torch.zeros(12, 32)) is None
+
+
+# -- the all-slots form: what a CUDA graph captures (issue 35) ------------------------------------
+# The CPU captures nothing, so these drive it with VIDLORA_DENSE_LORA_GRAPHS=always, through the
+# same wrapper methods the layers call, against the stock wrapper on the same mapping.
+
+SLOTTED = dict(MAPPINGS, **{
+    "base only": [0] * 7,
+    "every slot interleaved with base": [11, 0, 22, 33, 0, 11, 33, 22, 0, 22],
+})
+
+
+def _always(monkeypatch, cls, mapping):
+    monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", "always")
+    return _wrapper(cls, mapping)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(SLOTTED))
+def test_all_slots_form_matches_stock_punica_for_any_mapping(wrapper_cls, monkeypatch, name, dtype):
+    mapping = SLOTTED[name]
+    a, b = _weights(dtype)
+    slices = tuple(t.shape[2] for t in b)
+    x = torch.randn(len(mapping), 32, generator=torch.Generator().manual_seed(1)).to(dtype)
+    base_out = torch.randn(len(mapping), sum(slices)).to(dtype)
+
+    stock = _wrapper(wrapper_cls, mapping)
+    want = base_out.clone()
+    bufs = tuple(torch.zeros(len(mapping), 8) for _ in slices)
+    type(stock).add_shrink.__vidlora_orig__(stock, bufs, x, a, 1.0)
+    type(stock).add_expand.__vidlora_orig__(stock, want, bufs, b, slices, add_inputs=True)
+
+    before = dense_lora.counts()
+    got = base_out.clone()
+    _always(monkeypatch, wrapper_cls, mapping).add_lora_linear(got, x, a, b, 1.0, slices)
+    ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
+
+    # bf16: bit for bit, as the dense runs (the other slots' columns add exact zeros).
+    tol = 1e-5 if dtype == torch.float32 else 0.0
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+    base_rows = [i for i, lid in enumerate(mapping) if lid == 0]
+    assert torch.equal(got[base_rows], base_out[base_rows])  # a row without adapter: untouched
+    assert ran["all_slots"] == 1 and sum(ran.values()) == 1, ran
+
+
+def test_all_slots_row_parallel_call_overwrites_stale_rows(wrapper_cls, monkeypatch):
+    mapping = SLOTTED["every slot interleaved with base"]
+    a, b = _weights(torch.float32, slices=(16,))
+    x = torch.randn(len(mapping), 32)
+    out = torch.randn(len(mapping), 40)
+
+    stock = _wrapper(wrapper_cls, mapping)
+    buf = torch.zeros(1, len(mapping), 8)
+    type(stock).add_shrink.__vidlora_orig__(stock, buf, x, a, 0.5)
+    want = out.clone()
+    type(stock).add_expand.__vidlora_orig__(stock, want, buf, b, (16,), offset_start=20, add_inputs=True)
+
+    w = _always(monkeypatch, wrapper_cls, mapping)
+    buf2 = torch.full((1, len(mapping), 8), 7.0)  # stale: every row is written, base rows with 0
+    w.add_shrink(buf2, x, a, 0.5)
+    torch.testing.assert_close(buf2, buf, atol=1e-5, rtol=1e-5)
+    got = out.clone()
+    w.add_expand(got, buf2, b, (16,), offset_start=20, add_inputs=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[:, :20], out[:, :20]) and torch.equal(got[:, 36:], out[:, 36:])
+
+
+def test_all_slots_form_reads_the_mapping_when_it_runs_not_when_it_was_recorded(wrapper_cls, monkeypatch):
+    """What makes it graph-safe: the ops read one-hot rows from buffers the wrapper rewrites in
+    place at every mapping (before a replay), so a new mapping changes the result of the same
+    recorded call without any Python decision."""
+    a, b = _weights(torch.float32, slices=(16,))
+    x = torch.randn(6, 32)
+    w = _always(monkeypatch, wrapper_cls, [11] * 6)
+    pick = dense_lora._pick(w, x, torch.float32, len(SLOTS))
+    assert pick.data_ptr() == w._vidlora_picks[torch.float32].data_ptr()
+
+    def recorded_call():
+        y = torch.zeros(6, 16)
+        dense_lora.all_slots_linear(y, x, a, b, 1.0, (16,), True, pick)
+        return y
+
+    as_11 = recorded_call()
+    from vllm.lora.layers import LoRAMapping
+
+    w.update_metadata(LoRAMapping(index_mapping=(33,) * 3 + (0,) * 3, prompt_mapping=(33,), is_prefill=True),
+                      SLOTS, len(SLOTS), 1000)
+    after = recorded_call()  # the same pick tensor, now rows of slot 2 then rows of no adapter
+    want = torch.zeros(6, 16)
+    want[:3] = x[:3] @ a[0][2, 0].t() @ b[0][2, 0].t()
+    torch.testing.assert_close(after, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(as_11, x @ a[0][0, 0].t() @ b[0][0, 0].t(), atol=1e-4, rtol=1e-4)
+
+
+def test_one_hot_gives_no_adapter_to_negative_and_out_of_range_slots():
+    slot = torch.tensor([0, 3, -1, 4, 2])
+    assert dense_lora.one_hot(slot, 4, torch.float32).tolist() == [
+        [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]]
+
+
+def test_graph_mode_is_checked_when_the_patch_is_probed(monkeypatch):
+    monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", "sometimes")
+    assert "VIDLORA_DENSE_LORA_GRAPHS='sometimes'" in dense_lora.probe()
+    monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", "off")
+    assert dense_lora.graph_mode() == "off"
+
+
+def test_eager_steps_keep_their_path_under_the_default_mode(wrapper_cls, monkeypatch):
+    """`on` (the default) changes only what a CUDA graph captures; the CPU never captures."""
+    monkeypatch.delenv("VIDLORA_DENSE_LORA_GRAPHS", raising=False)
+    w = _wrapper(wrapper_cls, [22] * 10)
+    assert w._vidlora_graph_mode == "on" and dense_lora._pick(w, torch.zeros(10, 32), torch.float32, 4) is None

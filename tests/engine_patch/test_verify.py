@@ -129,6 +129,18 @@ def test_verify_passes_with_the_dense_path_switched_off(tmp_path):
 
 
 @pytest.mark.engine
+def test_verify_passes_with_every_step_in_the_all_slots_form(tmp_path):
+    """VIDLORA_DENSE_LORA_GRAPHS=always: what a CUDA graph captures on the GPU, run here on every
+    step of a real engine (the CPU captures nothing): single and mixed batches == merged."""
+    rc, res, stdout = _verify(tmp_path, "--checks", "a,b", "--lengths", "16,450",
+                              env={"VIDLORA_DENSE_LORA_GRAPHS": "always"})
+    assert rc == 0, (res["failures"], res["errors"])
+    assert len(res["mixed"]) == 9 and all(m["ok"] for m in res["mixed"])
+    paths = res["lora_paths"]
+    assert paths["all_slots"] > 0 and paths["dense"] == paths["punica"] == 0, paths
+
+
+@pytest.mark.engine
 def test_verify_without_patch_fails_on_mixed_batch_with_base_requests(tmp_path):
     rc, res, stdout = _verify(tmp_path, "--no-patch", "--checks", "b,d", "--lengths", "16")
     assert rc == 1 and not res["ok"] and res["patches"] == []
