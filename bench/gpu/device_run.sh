@@ -277,6 +277,10 @@ case $STAGE in
     VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296}'
     M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
     KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.06, "kv_cache_memory_bytes": 2147483648}'
+    # First, alone on the GPU (it is timed): the 27B layer's LoRA linears inside CUDA graphs.
+    log "lora graphs"
+    timeout 150 python3 -m bench.lora_paths --graphs --ranks 64 --json $RES/lora_graphs_h200.json > $RES/lora_graphs.log 2>&1
+    log "lora graphs rc=$?"; grep LAYER $RES/lora_graphs.log
     ( verify_graphs ) & L1=$!
     ( selfcheck_run tiny_graphs $M 0 "$KW" "--max-lora-rank 8" $A/artifact_identification $A/murals_inscriptions $A/tomb_structure
       [ $(left) -gt 120 ] && verify_nolora ) & L2=$!
