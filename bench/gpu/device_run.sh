@@ -114,7 +114,7 @@ verify_graphs() {  # issue 35: verify with CUDA graphs, so decode replays what w
   log "verify graphs"
   local A=$REPO/var/tiny-model/adapters
   timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
-    --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure \
+    --adapter $A/artifact_identification --adapter $A/tomb_structure \
     --lengths 16,128,450,2048 --max-new-tokens 16 --checks a,b --json $RES/verify_graphs.json \
     --llm-kwargs "${VERIFYKW%\}}, \"enforce_eager\": false}" --workdir $SCRATCH/verify_graphs > $RES/verify_graphs.log 2>&1
   log "verify graphs rc=$?"; tail -5 $RES/verify_graphs.log | cut -c1-300
