@@ -293,7 +293,7 @@ case $STAGE in
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     MODE=${ALLSLOTS_MODE:-on}
-    PH=${ALLSLOTS_PHASES:-warmup,stream_nolora#2000x128x256,stream_one#2000x128x256,stream_mixed3#356x256x512,stream_one#356x256x512,stream_nolora#356x256x512}
+    PH=${ALLSLOTS_PHASES:-warmup,stream_nolora#2000x128x320,stream_one#2000x128x320,stream_mixed3#356x256x512,stream_one#356x256x512}
     VIDLORA_DENSE_LORA_GRAPHS=$MODE bench allslots_$MODE on 0 $PH $ASSETS "--max-num-seqs 256 --stream-capacity 256"
     ;;
   stream2k|stream2k_b|stream2k_c)
