@@ -10,17 +10,20 @@ GEMMs on that adapter's slot: one shrink per slice, one expand per slice added i
 Every other eager step stays on Punica.
 
 CUDA graphs (issue 35): a captured graph replays the kernels of its capture, whatever the next
-step's adapters are, so the runs cannot be planned there. On the H200 that left every decode
-step on Punica, and a decode-only step with one adapter cost 1.51x the same step without LoRA
-(`bench/results/streaming_h200.md`). While a graph is captured the ops therefore record the
-*all-slots* form instead: per slice, one GEMM of the tokens against every slot's A at once
-(``[tokens, max_loras x rank]``), a mask keeping each token's own slot's columns (one-hot rows
-in persistent buffers the wrapper rewrites from vLLM's ``_token_lora_indices`` at every
-mapping, before any replay), and one GEMM against every slot's B side by side. Another slot's
-columns add exact zeros, so the result is the per-slot product; the cost is reading all
-`max_loras` slots' weights, a few per cent of the base weights at rank 64, in four cuBLAS-sized
-kernels per slice (`add_lora_linear` is hooked too, so the shrink's result never goes through
-vLLM's buffer there).
+step's adapters are, so the runs cannot be planned there, and captured steps replay Punica. On
+the H200 a decode-only step with one adapter costs 1.51x the same step without LoRA
+(`bench/results/streaming_h200.md`). `VIDLORA_DENSE_LORA_GRAPHS=on` makes the ops record the
+*all-slots* form while a graph is captured: per slice, one GEMM of the tokens against every
+slot's A at once (``[tokens, max_loras x rank]``), a mask keeping each token's own slot's
+columns (one-hot rows in persistent buffers the wrapper rewrites from vLLM's
+``_token_lora_indices`` at every mapping, before any replay), and one GEMM against every slot's
+B side by side. Another slot's columns add exact zeros, so the result is the per-slot product:
+on the H200 its replays under three other mappings matched fp32 exactly as closely as Punica's,
+and `engine_patch.verify` with CUDA graphs passed with it. It is not the default because it is
+slower than Punica at decode sizes: (base + LoRA) / base over a 27B layer's linears, 1.58x ->
+2.34x at 16 tokens, 1.95x -> 2.11x at 256, faster only at 512 (1.87x -> 1.69x)
+(`bench/results/lora_graphs_h200.md`): four cuBLAS kernels per slice, the shrink a skinny GEMM
+with little parallelism, lose to Punica's two Triton kernels.
 
 How the path is chosen, per step and for free:
 - `update_metadata` (when vLLM's adapter mapping changes) turns `mapping.index_mapping`, the
@@ -32,9 +35,9 @@ How the path is chosen, per step and for free:
   `vidlora::lora_shrink` / `vidlora::lora_expand`. The choice happens inside the
   op because on the GPU the wrapper's Python is traced once by torch.compile (a Python `if`
   there is frozen) and CUDA-graph replays run no Python at all. While a graph is captured
-  (decode steps and small mixed steps, up to the largest capture size) the ops record the
-  all-slots form; otherwise they go dense when the plan allows it and covers exactly this
-  call's rows, and run the stock wrapper method (Punica) when it does not.
+  (decode steps and small mixed steps, up to the largest capture size) the ops record Punica
+  (or the all-slots form, when switched on); otherwise they go dense when the plan allows it
+  and covers exactly this call's rows, and run the stock wrapper method (Punica) when not.
 - Tested on single-rank engines only (vidlora runs one engine per GPU). Under tensor
   parallelism the row-parallel layer all-reduces the buffer between the two ops and passes its
   shard's `offset_start`, both of which the dense ops honour, but no such run has been made.
@@ -46,8 +49,8 @@ shrink and no expand, as index -1 does under `lora_index_mask`.
 
 Switch: `VIDLORA_DENSE_LORA=off` keeps stock Punica (the benchmark's comparison side);
 `VIDLORA_DENSE_LORA_MAX_SEGMENTS` (default 4) bounds the runs a dense step may have;
-`VIDLORA_DENSE_LORA_GRAPHS` chooses what a CUDA graph captures: `on` (default) the all-slots
-form, `off` Punica, `always` the all-slots form on every step, eager ones too (how the CPU
+`VIDLORA_DENSE_LORA_GRAPHS` chooses what a CUDA graph captures: `off` (default) Punica, `on`
+the all-slots form, `always` the all-slots form on every step, eager ones too (how the CPU
 proves its numbers through a real engine, where nothing is captured).
 `counts()` says how many module applications ran each way in this process (dense, all_slots,
 punica, or base: a step without adapter tokens; a graph's are counted once, at its capture); the
@@ -265,9 +268,20 @@ def _zero_outside(out: torch.Tensor, segments) -> None:
 # "base": a step with no adapter tokens (the shrink writes zeros, nothing is added).
 _counts = {"dense": 0, "all_slots": 0, "punica": 0, "base": 0}
 _counts_lock = threading.Lock()
-# key -> Punica wrapper, so the ops take a plain int; weak, so a closed engine's wrapper goes.
+# The ops find their wrapper through a tensor the wrapper owns (its `_token_lora_indices`),
+# passed as an argument: a compiled graph takes tensors as inputs at every call, but bakes a
+# Python int in as a constant, and torch.compile's cache hands an engine rebuilt in the same
+# process the graph compiled for the first one (vLLM 0.33 on the H200: the forced rebuild
+# failed with a KeyError on the first engine's key). Address -> wrapper, weak, so a closed
+# engine's wrapper goes; the owner is checked, since an address can be reused.
 _wrappers: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
-_next_key = itertools.count(1)
+
+
+def _owner(indices: torch.Tensor):
+    wrapper = _wrappers.get(indices.data_ptr())
+    if wrapper is None or wrapper._token_lora_indices.data_ptr() != indices.data_ptr():
+        raise RuntimeError("dense_lora: no live Punica wrapper owns this mapping buffer")
+    return wrapper
 
 
 def counts() -> dict[str, int]:
@@ -301,7 +315,7 @@ GRAPH_MODES = ("on", "off", "always")
 
 def graph_mode() -> str:
     """`VIDLORA_DENSE_LORA_GRAPHS`: what a captured CUDA graph applies (module docstring)."""
-    mode = os.environ.get("VIDLORA_DENSE_LORA_GRAPHS", "on")
+    mode = os.environ.get("VIDLORA_DENSE_LORA_GRAPHS", "off")
     if mode not in GRAPH_MODES:
         raise ValueError(f"VIDLORA_DENSE_LORA_GRAPHS={mode!r}: expected one of {', '.join(GRAPH_MODES)}")
     return mode
@@ -418,18 +432,18 @@ def _expand(wrapper, y: torch.Tensor, x, lora_b, output_slices, offset_start: in
 
 
 def _linear_op(y: torch.Tensor, x: torch.Tensor, lora_a: list[torch.Tensor], lora_b: list[torch.Tensor],
-               scale: float, output_slices: list[int], add_inputs: bool, wrapper_key: int) -> None:
-    _linear(_wrappers[wrapper_key], y, x, lora_a, lora_b, scale, output_slices, add_inputs)
+               scale: float, output_slices: list[int], add_inputs: bool, owner: torch.Tensor) -> None:
+    _linear(_owner(owner), y, x, lora_a, lora_b, scale, output_slices, add_inputs)
 
 
 def _shrink_op(y: torch.Tensor, x: torch.Tensor, lora_a: list[torch.Tensor], scale: float,
-               wrapper_key: int) -> None:
-    _shrink(_wrappers[wrapper_key], y, x, lora_a, scale)
+               owner: torch.Tensor) -> None:
+    _shrink(_owner(owner), y, x, lora_a, scale)
 
 
 def _expand_op(y: torch.Tensor, x: torch.Tensor, lora_b: list[torch.Tensor], output_slices: list[int],
-               offset_start: int, add_inputs: bool, wrapper_key: int) -> None:
-    _expand(_wrappers[wrapper_key], y, x, lora_b, output_slices, offset_start, add_inputs)
+               offset_start: int, add_inputs: bool, owner: torch.Tensor) -> None:
+    _expand(_owner(owner), y, x, lora_b, output_slices, offset_start, add_inputs)
 
 
 def _noop(*args, **kwargs) -> None:
@@ -468,15 +482,14 @@ def _wrap_update_metadata(orig):
 
 
 def _wrap_init(orig):
-    # The key is set here, outside any compiled region: torch.compile reads it as a constant.
+    # Registered here, outside any compiled region (see `_wrappers`).
     @wraps_marked(orig)
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        self._vidlora_key = next(_next_key)
         self._vidlora_plan = None
         self._vidlora_graph_mode = graph_mode()
         self._vidlora_picks = None
-        _wrappers[self._vidlora_key] = self
+        _wrappers[self._token_lora_indices.data_ptr()] = self
     return __init__
 
 
@@ -488,7 +501,7 @@ def _wrap_add_shrink(orig):
     @wraps_marked(orig)
     def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
         if isinstance(y, torch.Tensor):
-            torch.ops.vidlora.lora_shrink(y, x, list(lora_a_stacked), float(scale), self._vidlora_key)
+            torch.ops.vidlora.lora_shrink(y, x, list(lora_a_stacked), float(scale), self._token_lora_indices)
         else:
             _shrink(self, y, x, lora_a_stacked, scale)
     return add_shrink
@@ -499,7 +512,7 @@ def _wrap_add_expand(orig):
     def add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0, add_inputs=True, **kwargs):
         if isinstance(x, torch.Tensor):
             torch.ops.vidlora.lora_expand(y, x, list(lora_b_stacked), [int(s) for s in output_slices],
-                                          int(offset_start), bool(add_inputs), self._vidlora_key)
+                                          int(offset_start), bool(add_inputs), self._token_lora_indices)
         else:
             _expand(self, y, x, lora_b_stacked, output_slices, offset_start, add_inputs)
     return add_expand
@@ -514,7 +527,7 @@ def _wrap_add_lora_linear(orig):
         add_inputs = bool(kwargs.get("add_inputs", True))
         if y.is_cuda:
             torch.ops.vidlora.lora_linear(y, x, list(lora_a_stacked), list(lora_b_stacked), float(scale),
-                                          [int(s) for s in output_slices], add_inputs, self._vidlora_key)
+                                          [int(s) for s in output_slices], add_inputs, self._token_lora_indices)
         else:
             _linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, add_inputs)
         return None

@@ -226,8 +226,29 @@ def test_graph_mode_is_checked_when_the_patch_is_probed(monkeypatch):
     assert dense_lora.graph_mode() == "off"
 
 
-def test_eager_steps_keep_their_path_under_the_default_mode(wrapper_cls, monkeypatch):
-    """`on` (the default) changes only what a CUDA graph captures; the CPU never captures."""
-    monkeypatch.delenv("VIDLORA_DENSE_LORA_GRAPHS", raising=False)
+@pytest.mark.parametrize("mode", [None, "on"])
+def test_eager_steps_keep_their_path_unless_always(wrapper_cls, monkeypatch, mode):
+    """`off` (the default: Punica in graphs) and `on` change only what a CUDA graph captures;
+    the CPU never captures."""
+    if mode is None:
+        monkeypatch.delenv("VIDLORA_DENSE_LORA_GRAPHS", raising=False)
+    else:
+        monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", mode)
     w = _wrapper(wrapper_cls, [22] * 10)
-    assert w._vidlora_graph_mode == "on" and dense_lora._pick(w, torch.zeros(10, 32), torch.float32, 4) is None
+    assert w._vidlora_graph_mode == (mode or "off")
+    assert dense_lora._pick(w, torch.zeros(10, 32), torch.float32, 4) is None
+
+
+def test_the_ops_find_their_wrapper_through_the_mapping_buffer_they_are_passed(wrapper_cls):
+    """A compiled graph passes tensors at every call but bakes ints in, and torch.compile's cache
+    gives an engine rebuilt in the same process the first engine's graph: so the ops are given
+    the wrapper's own mapping buffer and reach the wrapper of the engine that runs them."""
+    a, _ = _weights(torch.float32, slices=(16,))
+    x = torch.randn(4, 32)
+    first, second = _wrapper(wrapper_cls, [22] * 4), _wrapper(wrapper_cls, [33] * 4)
+    for w, slot in ((first, 1), (second, 2)):
+        buf = torch.zeros(1, 4, 8)
+        torch.ops.vidlora.lora_shrink(buf, x, list(a), 1.0, w._token_lora_indices)
+        torch.testing.assert_close(buf[0], x @ a[0][slot, 0].t(), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="no live Punica wrapper owns this mapping buffer"):
+        torch.ops.vidlora.lora_shrink(torch.zeros(1, 4, 8), x, list(a), 1.0, torch.zeros(4, dtype=torch.long))
