@@ -289,6 +289,21 @@ case $STAGE in
     ( [ -f $ASSETS/assets.json ] || python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L5=$!
     wait $L1 $L2 $L3 $L4 $L5
     ;;
+  followup)  # issue 36: the open 0.33 checks (forced rebuild, check d, MoE) beside the 27B assets
+    VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15, "kv_cache_memory_bytes": 4294967296}'
+    ( rebuild on ) & L1=$!
+    ( verify_nolora ) & L2=$!
+    ( moe_stage ) & L3=$!
+    ( [ -f $ASSETS/assets.json ] || python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L4=$!
+    wait $L1 $L2 $L3 $L4
+    ;;
+  decodeprof)  # issue 35: torch.profiler over 40 engine steps from the moment the stream holds 256
+               # (decode-heavy: the shipped shape), no LoRA then 1 adapter, on one 27B engine
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    bench decodeprof on 0 warmup,streamprof_nolora#356x256x256,streamprof_one#356x256x256 $ASSETS "--max-num-seqs 256 --stream-capacity 256"
+    mkdir -p $SCRATCH/traces && mv $RES/*_stream_trace.json $SCRATCH/traces/ 2>/dev/null  # tens of MB each: kept on the device
+    ;;
   allslots)  # issue 35: what CUDA graphs capture for LoRA, through the streaming loop, both shapes
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
