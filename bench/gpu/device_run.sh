@@ -299,9 +299,11 @@ case $STAGE in
     ;;
   decodeprof)  # issue 35: torch.profiler over 40 engine steps from the moment the stream holds 256
                # (decode-heavy: the shipped shape), no LoRA then 1 adapter, on one 27B engine
-    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    # DECODEPROF_LAYERS=16 keeps every layer's shapes at a quarter of the start-up cost
+    D=$ASSETS; [ -n "${DECODEPROF_LAYERS:-}" ] && D=$SCRATCH/vl27_bench_$DECODEPROF_LAYERS
+    [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
-    bench decodeprof on 0 warmup,streamprof_nolora#356x256x256,streamprof_one#356x256x256 $ASSETS "--max-num-seqs 256 --stream-capacity 256"
+    bench decodeprof${DECODEPROF_LAYERS:+_L$DECODEPROF_LAYERS} on 0 warmup,streamprof_nolora#356x256x256,streamprof_one#356x256x256 $D "--max-num-seqs 256 --stream-capacity 256"
     mkdir -p $SCRATCH/traces && mv $RES/*_stream_trace.json $SCRATCH/traces/ 2>/dev/null  # tens of MB each: kept on the device
     ;;
   allslots)  # issue 35: what CUDA graphs capture for LoRA, through the streaming loop, both shapes
