@@ -294,7 +294,8 @@ case $STAGE in
     ( rebuild on ) & L1=$!
     ( verify_nolora ) & L2=$!
     ( moe_stage ) & L3=$!
-    ( [ -f $ASSETS/assets.json ] || python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L4=$!
+    D=$ASSETS; [ -n "${DECODEPROF_LAYERS:-}" ] && D=$SCRATCH/vl27_bench_$DECODEPROF_LAYERS  # decodeprof's, ahead of it
+    ( [ -f $D/assets.json ] || python3 -m bench.gpu.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 ) & L4=$!
     wait $L1 $L2 $L3 $L4
     ;;
   decodeprof)  # issue 35: torch.profiler over 40 engine steps from the moment the stream holds 256
