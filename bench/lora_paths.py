@@ -93,15 +93,35 @@ def timer(device: str):
     return cpu
 
 
+def _operands(device, dtype, in_w, slices, rank, tokens):
+    """Input, base weight and every slot's A and B, seeded, scaled so the outputs stay O(1)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(tokens, in_w, generator=g).to(device, dtype)
+    W = (torch.randn(sum(slices), in_w, generator=g) / in_w ** 0.5).to(device, dtype)
+    A = tuple((torch.randn(len(SLOT_IDS), 1, rank, in_w, generator=g) / in_w ** 0.5).to(device, dtype) for _ in slices)
+    B = tuple((torch.randn(len(SLOT_IDS), 1, n, rank, generator=g) / rank ** 0.5).to(device, dtype) for n in slices)
+    return x, W, A, B
+
+
+def _reference(x, A, B, slices, mapping) -> torch.Tensor:
+    """fp32 LoRA delta of each token under its own slot (none for id 0)."""
+    slot_of = {lid: k for k, lid in enumerate(SLOT_IDS) if lid is not None}
+    slots = torch.tensor([slot_of.get(m, -1) for m in mapping], device=x.device)
+    ref = torch.zeros(x.shape[0], sum(slices), device=x.device)
+    for s in set(slots.tolist()) - {-1}:
+        rows = slots == s
+        off = 0
+        for a, b, n in zip(A, B, slices):
+            ref[rows, off:off + n] = (x.float()[rows] @ a[s, 0].float().t()) @ b[s, 0].float().t()
+            off += n
+    return ref
+
+
 def case(device, dtype, in_w, slices, row, rank, tokens, mapping, bench):
     from engine_patch.patches import dense_lora
 
-    g = torch.Generator(device="cpu").manual_seed(0)
     out_w = sum(slices)
-    x = torch.randn(tokens, in_w, generator=g).to(device, dtype)
-    W = (torch.randn(out_w, in_w, generator=g) / in_w ** 0.5).to(device, dtype)
-    A = tuple((torch.randn(len(SLOT_IDS), 1, rank, in_w, generator=g) / in_w ** 0.5).to(device, dtype) for _ in slices)
-    B = tuple((torch.randn(len(SLOT_IDS), 1, n, rank, generator=g) / rank ** 0.5).to(device, dtype) for n in slices)
+    x, W, A, B = _operands(device, dtype, in_w, slices, rank, tokens)
     w = make_wrapper(device, max(tokens, 256), rank, mapping)
     y = torch.empty(tokens, out_w, device=device, dtype=dtype)
 
@@ -117,17 +137,7 @@ def case(device, dtype, in_w, slices, row, rank, tokens, mapping, bench):
         else:
             w.add_lora_linear(y, x, A, B, 1.0, slices)
 
-    # fp32 reference of the LoRA delta, per token's slot
-    slot_of = {lid: k for k, lid in enumerate(SLOT_IDS) if lid is not None}
-    slots = torch.tensor([slot_of.get(m, -1) for m in mapping], device=device)
-    ref = torch.zeros(tokens, out_w, device=device)
-    xf = x.float()
-    for s in set(slots.tolist()) - {-1}:
-        rows = slots == s
-        off = 0
-        for a, b, n in zip(A, B, slices):
-            ref[rows, off:off + n] = (xf[rows] @ a[s, 0].float().t()) @ b[s, 0].float().t()
-            off += n
+    ref = _reference(x, A, B, slices, mapping)
     base()
     y0 = y.float().clone()
     res = {"base_ms": bench(base)}
@@ -180,12 +190,8 @@ def graph_case(in_w, slices, row, rank, tokens) -> dict:
     from vllm.lora.layers import LoRAMapping
 
     dtype, device = torch.bfloat16, "cuda"
-    g = torch.Generator(device="cpu").manual_seed(0)
     out_w = sum(slices)
-    x = torch.randn(tokens, in_w, generator=g).to(device, dtype)
-    W = (torch.randn(out_w, in_w, generator=g) / in_w ** 0.5).to(device, dtype)
-    A = tuple((torch.randn(len(SLOT_IDS), 1, rank, in_w, generator=g) / in_w ** 0.5).to(device, dtype) for _ in slices)
-    B = tuple((torch.randn(len(SLOT_IDS), 1, n, rank, generator=g) / rank ** 0.5).to(device, dtype) for n in slices)
+    x, W, A, B = _operands(device, dtype, in_w, slices, rank, tokens)
     capture_mapping = GRAPH_MAPPINGS["1 adapter"](tokens)
     w = make_wrapper(device, max(tokens, 256), rank, capture_mapping)
     y = torch.empty(tokens, out_w, device=device, dtype=dtype)
@@ -207,18 +213,6 @@ def graph_case(in_w, slices, row, rank, tokens) -> dict:
         w.update_metadata(LoRAMapping(index_mapping=mapping, prompt_mapping=(mapping[-1],), is_prefill=True),
                           SLOT_IDS, len(SLOT_IDS), 248320, *extra)
 
-    def reference(mapping):
-        slot_of = {lid: k for k, lid in enumerate(SLOT_IDS) if lid is not None}
-        slots = torch.tensor([slot_of.get(m, -1) for m in mapping], device=device)
-        ref = torch.zeros(tokens, out_w, device=device)
-        for s in set(slots.tolist()) - {-1}:
-            rows = slots == s
-            off = 0
-            for a, b, n in zip(A, B, slices):
-                ref[rows, off:off + n] = (x.float()[rows] @ a[s, 0].float().t()) @ b[s, 0].float().t()
-                off += n
-        return ref
-
     base_graph = _capture(base)
     base_graph.replay()
     torch.cuda.synchronize()
@@ -234,7 +228,7 @@ def graph_case(in_w, slices, row, rank, tokens) -> dict:
             set_mapping(mapping)
             graph.replay()
             torch.cuda.synchronize()
-            ref = reference(mapping)
+            ref = _reference(x, A, B, slices, mapping)
             entry["rel_err_vs_fp32"][name] = ((y.float() - y0) - ref).abs().max().item() / max(ref.abs().max().item(), 1e-12)
         entry["ratio"] = entry["ms"] / res["base_ms"]
         res[path] = entry

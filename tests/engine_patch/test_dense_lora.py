@@ -3,6 +3,8 @@ against the same wrapper's stock methods (no engine: fast). The engine-level pro
 `engine_patch.verify` (tests/engine_patch/test_verify.py), which runs both paths."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -56,12 +58,33 @@ MAPPINGS = {
     "one adapter": [22] * 13,
     "two runs and base": [33] * 6 + [0] * 4 + [11] * 5,
     "too many runs (Punica)": [11, 22, 0, 33, 11, 22, 0, 33, 11],
+    "base only": [0] * 7,
+    "every slot interleaved with base": [11, 0, 22, 33, 0, 11, 33, 22, 0, 22],
 }
+# How LoRA is applied: each eager step chooses (dense runs, or Punica past the run limit), or the
+# all-slots form a CUDA graph captures (the CPU captures nothing, so `always` runs it here).
+FORMS = {"per step": None, "all slots": "always"}
 
 
+def _form(monkeypatch, form: str) -> None:
+    if FORMS[form] is None:
+        monkeypatch.delenv("VIDLORA_DENSE_LORA_GRAPHS", raising=False)
+    else:
+        monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", FORMS[form])
+
+
+def _expected_path(form: str, name: str, mapping) -> str:
+    if FORMS[form]:
+        return "all_slots"
+    if "Punica" in name or len(list(itertools.groupby(mapping))) > dense_lora.DEFAULT_MAX_SEGMENTS:
+        return "punica"
+    return "base" if set(mapping) == {0} else "dense"
+
+
+@pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(MAPPINGS))
-def test_packed_linear_matches_stock_punica(wrapper_cls, name, dtype):
+def test_packed_linear_matches_stock_punica(wrapper_cls, monkeypatch, name, dtype, form):
     """add_lora_linear (column-parallel and packed layers: per-slice tuple buffers)."""
     mapping = MAPPINGS[name]
     a, b = _weights(dtype)
@@ -75,22 +98,25 @@ def test_packed_linear_matches_stock_punica(wrapper_cls, name, dtype):
     type(stock).add_shrink.__vidlora_orig__(stock, bufs, x, a, 1.0)
     type(stock).add_expand.__vidlora_orig__(stock, want, bufs, b, slices, add_inputs=True)
 
+    _form(monkeypatch, form)
     before = dense_lora.counts()
     got = base_out.clone()
     _wrapper(wrapper_cls, mapping).add_lora_linear(got, x, a, b, 1.0, slices)
     ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
 
-    # bf16: the dense expand rounds as the stock CPU op does (product, then sum): bit for bit.
+    # bf16: the dense expand rounds as the stock CPU op does (product, then sum): bit for bit,
+    # in the all-slots form too (another slot's columns add exact zeros).
     tol = 1e-5 if dtype == torch.float32 else 0.0
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
     base_rows = [i for i, lid in enumerate(mapping) if lid == 0]
     assert torch.equal(got[base_rows], base_out[base_rows])  # untouched, bit for bit
-    expect = "punica" if "Punica" in name else "dense"
+    expect = _expected_path(form, name, mapping)
     assert ran[expect] == 1 and sum(ran.values()) == 1, ran  # one module application
 
 
+@pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("name", list(MAPPINGS))
-def test_row_parallel_calls_match_stock_punica(wrapper_cls, name):
+def test_row_parallel_calls_match_stock_punica(wrapper_cls, monkeypatch, name, form):
     """o_proj / down_proj / GDN out_proj: one stacked buffer, shrink then expand at an offset,
     through the vidlora::lora_shrink / lora_expand ops."""
     mapping = MAPPINGS[name]
@@ -100,14 +126,17 @@ def test_row_parallel_calls_match_stock_punica(wrapper_cls, name):
 
     stock = _wrapper(wrapper_cls, mapping)
     buf = torch.full((1, len(mapping), 8), 7.0)  # stale values: the shrink must overwrite every row
-    type(stock).add_shrink.__vidlora_orig__(stock, buf, x, a, 1.0)
+    type(stock).add_shrink.__vidlora_orig__(stock, buf, x, a, 0.5)
     want = out.clone()
     type(stock).add_expand.__vidlora_orig__(stock, want, buf, b, (16,), offset_start=20, add_inputs=True)
 
+    _form(monkeypatch, form)
     dense = _wrapper(wrapper_cls, mapping)
     buf2 = torch.full((1, len(mapping), 8), 7.0)
-    dense.add_shrink(buf2, x, a, 1.0)
-    torch.testing.assert_close(buf2, buf, atol=1e-5, rtol=1e-5)
+    dense.add_shrink(buf2, x, a, 0.5)
+    lora_rows = [i for i, lid in enumerate(mapping) if lid != 0]  # stock skips a step without any
+    torch.testing.assert_close(buf2[:, lora_rows], buf[:, lora_rows], atol=1e-5, rtol=1e-5)
+    assert not buf2[:, [i for i in range(len(mapping)) if i not in lora_rows]].any()  # ours: exact 0
     got = out.clone()
     dense.add_expand(got, buf2, b, (16,), offset_start=20, add_inputs=True)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -125,65 +154,9 @@ def test_a_call_whose_rows_differ_from_the_plan_runs_punica(wrapper_cls):
 # The CPU captures nothing, so these drive it with VIDLORA_DENSE_LORA_GRAPHS=always, through the
 # same wrapper methods the layers call, against the stock wrapper on the same mapping.
 
-SLOTTED = dict(MAPPINGS, **{
-    "base only": [0] * 7,
-    "every slot interleaved with base": [11, 0, 22, 33, 0, 11, 33, 22, 0, 22],
-})
-
-
 def _always(monkeypatch, cls, mapping):
-    monkeypatch.setenv("VIDLORA_DENSE_LORA_GRAPHS", "always")
+    _form(monkeypatch, "all slots")
     return _wrapper(cls, mapping)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name", list(SLOTTED))
-def test_all_slots_form_matches_stock_punica_for_any_mapping(wrapper_cls, monkeypatch, name, dtype):
-    mapping = SLOTTED[name]
-    a, b = _weights(dtype)
-    slices = tuple(t.shape[2] for t in b)
-    x = torch.randn(len(mapping), 32, generator=torch.Generator().manual_seed(1)).to(dtype)
-    base_out = torch.randn(len(mapping), sum(slices)).to(dtype)
-
-    stock = _wrapper(wrapper_cls, mapping)
-    want = base_out.clone()
-    bufs = tuple(torch.zeros(len(mapping), 8) for _ in slices)
-    type(stock).add_shrink.__vidlora_orig__(stock, bufs, x, a, 1.0)
-    type(stock).add_expand.__vidlora_orig__(stock, want, bufs, b, slices, add_inputs=True)
-
-    before = dense_lora.counts()
-    got = base_out.clone()
-    _always(monkeypatch, wrapper_cls, mapping).add_lora_linear(got, x, a, b, 1.0, slices)
-    ran = {k: v - before[k] for k, v in dense_lora.counts().items()}
-
-    # bf16: bit for bit, as the dense runs (the other slots' columns add exact zeros).
-    tol = 1e-5 if dtype == torch.float32 else 0.0
-    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
-    base_rows = [i for i, lid in enumerate(mapping) if lid == 0]
-    assert torch.equal(got[base_rows], base_out[base_rows])  # a row without adapter: untouched
-    assert ran["all_slots"] == 1 and sum(ran.values()) == 1, ran
-
-
-def test_all_slots_row_parallel_call_overwrites_stale_rows(wrapper_cls, monkeypatch):
-    mapping = SLOTTED["every slot interleaved with base"]
-    a, b = _weights(torch.float32, slices=(16,))
-    x = torch.randn(len(mapping), 32)
-    out = torch.randn(len(mapping), 40)
-
-    stock = _wrapper(wrapper_cls, mapping)
-    buf = torch.zeros(1, len(mapping), 8)
-    type(stock).add_shrink.__vidlora_orig__(stock, buf, x, a, 0.5)
-    want = out.clone()
-    type(stock).add_expand.__vidlora_orig__(stock, want, buf, b, (16,), offset_start=20, add_inputs=True)
-
-    w = _always(monkeypatch, wrapper_cls, mapping)
-    buf2 = torch.full((1, len(mapping), 8), 7.0)  # stale: every row is written, base rows with 0
-    w.add_shrink(buf2, x, a, 0.5)
-    torch.testing.assert_close(buf2, buf, atol=1e-5, rtol=1e-5)
-    got = out.clone()
-    w.add_expand(got, buf2, b, (16,), offset_start=20, add_inputs=True)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert torch.equal(got[:, :20], out[:, :20]) and torch.equal(got[:, 36:], out[:, 36:])
 
 
 def test_all_slots_form_reads_the_mapping_when_it_runs_not_when_it_was_recorded(wrapper_cls, monkeypatch):
