@@ -2,6 +2,8 @@
 
     python -m bench.gpu.summarize_version --res RES_DIR [RES_DIR ...] --out bench/results/vllm_0.33.0
 
+A check found in several folders is taken from the first (list the newest run first).
+
 Writes OUT/summary.json (per check: passed or not, and the numbers) and OUT/summary.md, and
 copies each check's own JSON beside them. A check that did not run is listed as not run,
 never as passed.
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 FAULT = ("fault_on", "fault_off")
-VERIFY = ("verify_on", "verify_video", "verify_long")
+VERIFY = ("verify_on", "verify_video", "verify_long", "verify_nolora")
 REBUILD = ("rebuild_on",)
 
 
@@ -57,6 +59,11 @@ def field_row(d: dict) -> dict[str, Any]:
             "state_carried": v.get("state_carried"), "lora_inert": v.get("lora_inert"),
             "adapter_effect": v.get("lora_max_logprob_effect"), "engine_start_s": d.get("engine_start_s"),
             "pdl_in_effect": d.get("pdl_in_effect"), "errors": v.get("errors")}
+
+
+def rebuild_row(d: dict) -> dict[str, Any]:
+    return {"ran": True, "passed": d.get("outcome") == "rebuilt", "outcome": d.get("outcome"),
+            "reason": d.get("reason"), "corrupted": d.get("corrupted"), "recovery_s": d.get("recovery_s")}
 
 
 def selfcheck_row(d: dict) -> dict[str, Any]:
@@ -112,21 +119,27 @@ def main() -> int:
             continue
         shutil.copy(p, out / p.name)
         summary["checks"][name] = (fault_row(d, name.split("_")[1]) if name in FAULT else verify_row(d) if name in VERIFY
-                                   else {"ran": True, "summary": d.get("summary", d.get("error", ""))})
+                                   else rebuild_row(d))
         _versions(summary, d)
-    for d_ in dirs:
+    for d_ in dirs:  # the first folder holding a check's JSON wins, as above
         for p in sorted(d_.glob("field_*.json")):
+            if p.stem in summary["checks"]:
+                continue
             d = json.loads(p.read_text())
             shutil.copy(p, out / p.name)
             summary["checks"][p.stem] = field_row(d)
             _versions(summary, d)
         for pattern, row in (("selfcheck_*.json", selfcheck_row), ("moe_*.json", moe_row)):
             for p in sorted(d_.glob(pattern)):
+                if p.stem in summary["checks"]:
+                    continue
                 d = json.loads(p.read_text())
                 shutil.copy(p, out / p.name)
                 summary["checks"][p.stem] = row(d)
                 _versions(summary, d)
         for p in sorted(d_.glob("vbench*.json")):
+            if "bench" in summary:
+                continue
             d = json.loads(p.read_text())
             shutil.copy(p, out / p.name)
             summary["bench"] = {"label": d.get("label"), "engine_kwargs": d.get("engine_kwargs"),
