@@ -110,10 +110,10 @@ rebuild() {  # patch(on/off)
   log "rebuild $1 rc=$?"; tail -1 $RES/rebuild_$1.log | cut -c1-400
 }
 
-verify_graphs() {  # issue 35: verify with CUDA graphs, so decode replays what was captured
+verify_graphs() {  # issue 35: verify with CUDA graphs, so decode replays what was captured (the all-slots form)
   log "verify graphs"
   local A=$REPO/var/tiny-model/adapters
-  timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
+  VIDLORA_DENSE_LORA_GRAPHS=${VERIFY_GRAPHS_MODE:-on} timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $REPO/var/tiny-model/base \
     --adapter $A/artifact_identification --adapter $A/tomb_structure \
     --lengths 16,128,450,2048 --max-new-tokens 16 --checks a,b --json $RES/verify_graphs.json \
     --llm-kwargs "${VERIFYKW%\}}, \"enforce_eager\": false}" --workdir $SCRATCH/verify_graphs > $RES/verify_graphs.log 2>&1
