@@ -117,6 +117,23 @@ def _reference(x, A, B, slices, mapping) -> torch.Tensor:
     return ref
 
 
+def _module_calls(w, x, W, A, B, y, slices, row: bool, rank: int):
+    """The base GEMM into ``y``, and the same plus LoRA as vLLM's layer calls the wrapper
+    (row-parallel: shrink into a buffer, then expand; otherwise add_lora_linear)."""
+    def base():
+        torch.mm(x, W.t(), out=y)
+
+    def with_lora():
+        torch.mm(x, W.t(), out=y)
+        if row:
+            buf = torch.zeros((1, x.shape[0], rank), dtype=torch.float32, device=x.device)
+            w.add_shrink(buf, x, A, 1.0)
+            w.add_expand(y, buf, B, slices, offset_start=0, add_inputs=True)
+        else:
+            w.add_lora_linear(y, x, A, B, 1.0, slices)
+    return base, with_lora
+
+
 def case(device, dtype, in_w, slices, row, rank, tokens, mapping, bench):
     from engine_patch.patches import dense_lora
 
@@ -125,17 +142,7 @@ def case(device, dtype, in_w, slices, row, rank, tokens, mapping, bench):
     w = make_wrapper(device, max(tokens, 256), rank, mapping)
     y = torch.empty(tokens, out_w, device=device, dtype=dtype)
 
-    def base():
-        torch.mm(x, W.t(), out=y)
-
-    def with_lora():
-        torch.mm(x, W.t(), out=y)
-        if row:
-            buf = torch.zeros((1, tokens, rank), dtype=torch.float32, device=device)
-            w.add_shrink(buf, x, A, 1.0)
-            w.add_expand(y, buf, B, slices, offset_start=0, add_inputs=True)
-        else:
-            w.add_lora_linear(y, x, A, B, 1.0, slices)
+    base, with_lora = _module_calls(w, x, W, A, B, y, slices, row, rank)
 
     ref = _reference(x, A, B, slices, mapping)
     base()
@@ -196,17 +203,7 @@ def graph_case(in_w, slices, row, rank, tokens) -> dict:
     w = make_wrapper(device, max(tokens, 256), rank, capture_mapping)
     y = torch.empty(tokens, out_w, device=device, dtype=dtype)
 
-    def base():
-        torch.mm(x, W.t(), out=y)
-
-    def with_lora():
-        torch.mm(x, W.t(), out=y)
-        if row:
-            buf = torch.zeros((1, tokens, rank), dtype=torch.float32, device=device)
-            w.add_shrink(buf, x, A, 1.0)
-            w.add_expand(y, buf, B, slices, offset_start=0, add_inputs=True)
-        else:
-            w.add_lora_linear(y, x, A, B, 1.0, slices)
+    base, with_lora = _module_calls(w, x, W, A, B, y, slices, row, rank)
 
     def set_mapping(mapping):
         extra = [0] if "extra_vocab_size" in inspect.signature(type(w).update_metadata).parameters else []
