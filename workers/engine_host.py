@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_patch.env import versions
+from engine_patch.moe import lora_off_reason
 from engine_patch.probes import canary, check_adapters
 from engine_patch.registration import Registration, registry_for
 from engine_patch.startup_checks import StartupCheckError, StartupReport, run_checks
@@ -126,6 +127,12 @@ class EngineHost:
     def started(self) -> bool:
         return self.llm is not None
 
+    @property
+    def lora_off_reason(self) -> str | None:
+        """Why this engine is built without LoRA (engine_patch.moe: a MoE base on which no
+        adapter is verified); None: with LoRA, the usual case."""
+        return lora_off_reason(self.settings.model)
+
     def engine_kwargs(self) -> dict[str, Any]:
         s = self.settings
         kwargs: dict[str, Any] = {
@@ -141,6 +148,10 @@ class EngineHost:
             "limit_mm_per_prompt": {"video": 1, "image": 0},
             "structured_outputs_config": {"backend": s.structured_outputs_backend, "disable_any_whitespace": True},
         }
+        if self.lora_off_reason:
+            for key in ("max_loras", "max_cpu_loras", "max_lora_rank"):
+                del kwargs[key]
+            kwargs["enable_lora"] = False
         if s.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = int(s.max_num_batched_tokens)
         if s.served_model_name:
@@ -170,6 +181,8 @@ class EngineHost:
         from vllm import LLM
 
         kwargs = self.engine_kwargs()
+        if not kwargs["enable_lora"]:
+            log.warning("building the engine without LoRA: %s", self.lora_off_reason)
         log.info("building vLLM engine: %s", kwargs)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -414,8 +427,8 @@ class EngineHost:
     def vllm_lora_state(self) -> dict[str, list[int]] | None:
         """vLLM's own view (active = in device slots, registered = in host cache), when the
         engine runs in this process; ``None`` otherwise."""
+        core = self._in_process_core()
         try:
-            core = self.llm.llm_engine.engine_core.engine_core
             manager = core.model_executor.driver_worker.worker.model_runner.lora_manager
             am = manager._adapter_manager
             # ``order`` is the LRU order, oldest first (vllm.utils.cache.LRUCache).
@@ -423,6 +436,11 @@ class EngineHost:
                     "registered": list(am._registered_adapters.order)}
         except AttributeError:
             return None
+
+    def _in_process_core(self) -> Any:
+        """vLLM's engine core when it runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
+        None when it runs in another process (or no engine is built)."""
+        return getattr(getattr(getattr(self.llm, "llm_engine", None), "engine_core", None), "engine_core", None)
 
     def _sync_mirror(self) -> None:
         state = self.vllm_lora_state()
@@ -761,6 +779,7 @@ class EngineHost:
             "max_model_len": int(s.max_model_len),
             "max_num_seqs": int(s.max_num_seqs),
             "enforce_eager": bool(s.enforce_eager),
+            "lora_off": self.lora_off_reason,
             "engine_patch": self.patch_status,
             "kernel_check": self.kernel_check,
             "startup_checks": self.startup_report,
@@ -779,7 +798,7 @@ class EngineHost:
             "adapter_loads": self.adapter_loads,
             "adapter_disk_loads": self.adapter_disk_loads,
             "lora_path": self.last_lora_paths,
-            "in_process_engine": self.started and self.vllm_lora_state() is not None,
+            "in_process_engine": self._in_process_core() is not None,
             "adapters": {name: {"ok": r["ok"], "digest": r["digest"], "reason": r["reason"]}
                          for name, r in self.registrations().items()},
         }

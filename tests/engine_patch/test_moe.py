@@ -105,6 +105,26 @@ def test_attention_lora_on_a_moe_base_waits_for_its_own_verification(monkeypatch
     assert "engine_patch off" in why and "module 'triton.language' has no attribute 'bfloat16'" in why
 
 
+def test_an_engine_on_a_moe_base_is_built_without_lora_until_an_adapter_can_be_served(tiny_moe, model, monkeypatch):
+    """Where every adapter would be refused, LoRA could serve nothing and would only put the
+    no-adapter requests at risk (#49063 reproduces on 0.33 CUDA with moe_lora_off)."""
+    monkeypatch.setenv("VIDLORA_ENGINE_PATCH", "on")
+    assert moe.is_moe(tiny_moe / "base") and moe.lora_off_reason(model / "base") is None  # a dense base: LoRA on
+    why = moe.lora_off_reason(tiny_moe / "base", vllm=(0, 33), where="cuda sm_90")
+    assert why.startswith("a MoE base on which no adapter is verified on vLLM 0.33 on cuda sm_90")
+    assert "without LoRA" in why and "#49063" in why
+    monkeypatch.setattr(moe, "VERIFIED", (moe.Verified((0, 33), "cuda sm_90", moe.ATTENTION, "x.json"),))
+    assert moe.lora_off_reason(tiny_moe / "base", vllm=(0, 33), where="cuda sm_90") is None
+    assert moe.lora_off_reason(tiny_moe / "base", vllm=(0, 33), where="cuda sm_100") is not None
+    # Only an expert entry: still nothing servable (an expert adapter needs the attention side too).
+    monkeypatch.setattr(moe, "VERIFIED", (moe.Verified((0, 33), "cuda sm_90", moe.EXPERTS, "x.json"),))
+    assert moe.lora_off_reason(tiny_moe / "base", vllm=(0, 33), where="cuda sm_90") is not None
+    # What was verified is the patched engine.
+    monkeypatch.setattr(moe, "VERIFIED", (moe.Verified((0, 33), "cuda sm_90", moe.ATTENTION, "x.json"),))
+    monkeypatch.setenv("VIDLORA_ENGINE_PATCH", "off")
+    assert moe.lora_off_reason(tiny_moe / "base", vllm=(0, 33), where="cuda sm_90") is not None
+
+
 def test_only_modules_the_config_targets_count():
     # An expert tensor the config does not target is left out by PEFT (and by normalise).
     cfg = {"target_modules": ["q_proj"], "r": 8}

@@ -288,6 +288,7 @@ def test_identity(host, model_dir) -> None:
     assert ident["versions"]["vllm"] == ident["vllm_version"]
     assert ident["max_loras"] == 2 and ident["max_lora_rank"] == 8
     assert ident["started"] and ident["in_process_engine"]
+    assert ident["lora_off"] is None and host.llm.llm_engine.vllm_config.lora_config is not None  # a dense base
     assert ident["kernel_check"]["ok"] is True and ident["kernel_check"]["ops"] == "torch"
     assert ident["device"]
 
