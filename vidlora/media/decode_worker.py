@@ -23,6 +23,8 @@ _TRANSPOSE = {90: "ROTATE_270", 180: "ROTATE_180", 270: "ROTATE_90"}
 
 
 def run(job: dict) -> dict:
+    if job.get("kind") == "first_picture":
+        return first_picture(job)
     from PIL import Image
 
     from vidlora.media.decoders import Damaged, Mismatch, decode
@@ -56,6 +58,27 @@ def run(job: dict) -> dict:
     except Exception as exc:  # any decoder error is a failed attempt; the caller falls back
         return {"ok": False, "kind": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"ok": True, "pts": pts, "replaced": replaced, "notes": notes}
+
+
+def first_picture(job: dict) -> dict:
+    """Does the first video stream show a picture near its start? The probe's decode check in
+    PyAV, which a warm server has loaded: ``{"ok": true, "picture": bool}``, or ``{"ok": false,
+    "error": ...}``. One decoding thread: a frame-threaded decoder would decode frames ahead."""
+    import av
+
+    if job.get("watchdog_s"):
+        _watchdog(float(job["watchdog_s"]))
+    try:
+        with av.open(job["path"]) as container:
+            if not container.streams.video:
+                return {"ok": True, "picture": False}
+            stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1
+            for _ in container.decode(stream):
+                return {"ok": True, "picture": True}
+    except Exception as exc:  # noqa: BLE001 - any failure leaves the verdict to ffmpeg's check
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"ok": True, "picture": False}
 
 
 def _watchdog(seconds: float) -> None:

@@ -112,6 +112,50 @@ def probe_header(path: Path, timeout: float) -> dict:
     return json.loads(out or "{}")
 
 
+# One packet as the frame table reads it: (pts, dts, duration, size, pos, flags); a field the
+# file does not carry is None.
+Packet = tuple
+
+
+def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, list[Packet] | None]:
+    """``probe_header`` and ``packet_rows`` from one ffprobe: one process start and one stream
+    probe instead of two, about 0.1 of the 0.5 CPU-s a 20 s 1080p clip costs to sample
+    (bench/results/cpu_feed.md). The header is what ``probe_header`` returns; the packets are
+    those of the stream ``-select_streams v:0`` picks (the first video stream).
+
+    Where that one read fails (a damaged stream beside the video, a file cut short) the header
+    is read alone and the packets are None, for ``read_frame_table`` to read apart: each failure
+    keeps the reason it has always had. A timeout is not tried again."""
+    try:
+        out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
+                        "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json", str(path)], timeout)
+    except ProbeError as exc:
+        if exc.timed_out:
+            raise
+        return probe_header(path, timeout), None
+    head = json.loads(out or "{}")
+    packets = head.pop("packets", [])
+    for st in head.get("streams", []):
+        st.pop("nb_read_packets", None)  # what asking for packets adds to each stream
+    first = next((st.get("index") for st in head.get("streams", []) if st.get("codec_type") == "video"), None)
+    keys = ("pts", "dts", "duration", "size", "pos")
+    rows = [tuple(_parse_int(str(p[k])) if k in p else None for k in keys) + (str(p.get("flags", "")),)
+            for p in packets if first is not None and p.get("stream_index") == first]
+    return head, rows
+
+
+def packet_rows(path: Path, timeout: float) -> list[Packet]:
+    """The first video stream's packets, in file order (demux only)."""
+    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
+                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
+    rows = []
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) >= 6:
+            rows.append((_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]), _parse_int(f[3]), _parse_int(f[4]), f[5]))
+    return rows
+
+
 @dataclass(frozen=True)
 class FrameTable:
     """Presentation timestamps of one video stream's frames, sorted, in stream time-base units.
@@ -186,7 +230,8 @@ JOIN_GAP_S = 10.0
 
 
 def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
-                     container: str = "", declared_s: float | None = None, no_reorder: bool = False) -> FrameTable:
+                     container: str = "", declared_s: float | None = None, no_reorder: bool = False,
+                     packets: list[Packet] | None = None) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
@@ -199,19 +244,12 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     fall short of the ``declared_s`` span the header declares) is decoded from its last keyframe
     to the end, and the table stops at the last frame that decodes cleanly.
     """
-    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
     file_size = Path(path).stat().st_size
     parsed: list[tuple] = []
     rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
-    for line in out.splitlines():
-        f = line.split(",")
-        if len(f) < 6:
-            continue
-        pts, dts, dur, size, pos, flags = (_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]),
-                                           _parse_int(f[3]), _parse_int(f[4]), f[5])
+    for pts, dts, dur, size, pos, flags in (packet_rows(path, timeout) if packets is None else packets):
         if pos is not None and size is not None and pos + size > file_size:
             continue  # an index (MP4 moov at the front) lists data the file no longer holds
         parsed.append((pts, dts, dur, pos, flags))

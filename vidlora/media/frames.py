@@ -199,15 +199,15 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
     """The packet table of a video already probed (``info`` from the database)."""
     from fractions import Fraction
 
-    from vidlora.media.ffprobe import probe_header
+    from vidlora.media.ffprobe import probe_header_and_packets
 
-    try:  # the time base is not in ProbeInfo; one cheap header read gets it
-        head = probe_header(path, s.decode_timeout_s)
+    try:  # the time base is not in ProbeInfo: the header comes with the packets
+        head, packets = probe_header_and_packets(path, s.decode_timeout_s)
         st = next(x for x in head.get("streams", []) if x.get("codec_type") == "video")
         tb = Fraction(st.get("time_base", "1/1000"))
         return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
                                 info.container, info.declared_duration_s,
-                                no_reorder=str(st.get("has_b_frames", "")) == "0")
+                                no_reorder=str(st.get("has_b_frames", "")) == "0", packets=packets)
     except (ProbeError, StopIteration) as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if getattr(exc, "timed_out", False)
                        else reasons.PACKETS_UNREADABLE) from None

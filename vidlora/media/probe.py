@@ -4,8 +4,9 @@
 short reason a person can act on ("empty file", "no video stream (audio-only file)", ...). The
 reason is stored on the analysis row and shown in the UI, so it is deliberately plain text.
 
-All work happens in ``ffprobe`` child processes with a timeout (settings.decode_timeout_s); no
-native reader is ever opened in the calling process.
+All work happens in child processes with a timeout (settings.decode_timeout_s): ``ffprobe`` and
+``ffmpeg``, and a worker of this thread's warm decode server (``decode_server``) for the first
+picture; no native reader is ever opened in the calling process.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
-from vidlora.media import reasons
+from vidlora.media import decode_server, reasons
 from vidlora.media.ffprobe import (
-    DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order, probe_header,
-    read_frame_table,
+    DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order,
+    probe_header_and_packets, read_frame_table,
 )
 
 MAX_ASPECT = 200  # the VLM's resizer (Qwen smart_resize) refuses more extreme shapes
@@ -111,7 +112,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         raise BadVideo(reasons.TEXT)
 
     try:
-        head = probe_header(path, timeout)
+        head, packets = probe_header_and_packets(path, timeout)
     except ProbeError as exc:
         raise BadVideo(_header_reason(exc, head_bytes, path)) from None
     fmt = head.get("format", {})
@@ -145,14 +146,14 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
 
     declared = _float(st.get("duration")) or _float(fmt.get("duration")) or 0.0
     if declared > s.max_duration_s:
-        raise BadVideo(_too_long(declared, s))  # before scanning hours of packets
+        raise BadVideo(_too_long(declared, s))
 
     time_base = Fraction(st.get("time_base", "1/1000"))
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
         table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None,
-                                 no_reorder=_int(st.get("has_b_frames")) == 0)
+                                 no_reorder=_int(st.get("has_b_frames")) == 0, packets=packets)
     except ProbeError as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.PACKETS_UNREADABLE) from None
     if not table.pts:
@@ -167,7 +168,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         raise BadVideo(_too_long(duration, s))
 
     try:
-        decodes = decodes_near_start(path, timeout)
+        decodes = _first_picture_in_server(path, timeout) or decodes_near_start(path, timeout)
     except ProbeError as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.undecodable(codec)) from None
     if not decodes:
@@ -209,6 +210,20 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         truncated=truncated,
     )
     return info, table
+
+
+def _first_picture_in_server(path: Path, timeout: float) -> bool:
+    """The decode check in a worker of this thread's warm decode server (PyAV, loaded once):
+    0.08 CPU-s of a 1080p clip where starting ffmpeg costs 0.17 (bench/results/cpu_feed.md).
+    True: a picture came out. False where it did not, or the worker failed: then ffmpeg's own
+    check (``decodes_near_start``) decides, as it always has, so this can only pass a file
+    sooner, never turn one away."""
+    try:
+        out = decode_server.server().run({"kind": "first_picture", "path": str(path), "watchdog_s": timeout + 5},
+                                         timeout)
+    except decode_server.ServerGone:
+        return False
+    return bool(out.status == 0 and not out.timed_out and (out.result or {}).get("picture"))
 
 
 def _head(path: Path, n: int = 512) -> bytes:
