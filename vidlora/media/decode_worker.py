@@ -4,7 +4,8 @@ It writes one JPEG per delivered frame (``{k:05d}.jpg`` in ``job["out_dir"]``, k
 the unique picks) and returns ``{"ok": true, "pts": [...]}`` or
 ``{"ok": false, "kind": "mismatch"|"damaged"|"error", "error": "..."}``; ``notes`` on success say
 how it was decoded where that is worth keeping (a file that could not be sought in) (damaged: with the
-table indices of the picks that decode only with errors).
+table indices of the picks that decode only with errors). A job of kind ``first_picture`` is the
+probe's decode check instead (``first_picture``).
 
 It runs only in a worker that ``decode_server`` forks for the job, in a session of its own, so
 that native decoders (which can hang holding the GIL, or crash) run in a process the caller can
