@@ -516,15 +516,29 @@ class EngineHost:
             return None
         return self.register_adapter(*resolved) if resolved else None
 
-    def submit(self, req: AnalysisRequest) -> str:
-        """Enqueue ``req`` into the running engine; its engine (internal) request id. A request
-        that cannot be built, has a refused adapter or is rejected by vLLM raises
-        ``RequestError`` and never reaches an engine step."""
+    def prepare(self, req: AnalysisRequest) -> tuple[dict[str, Any], Any] | None:
+        """``req``'s engine input and sampling parameters: its frames read, its prompt rendered.
+        Safe from any thread (it touches no engine state and takes no lock), so the stream
+        prepares a request where it is offered, and the engine thread, which the GPU waits on
+        between steps, spends its time on vLLM's part only. None where the engine is not built
+        yet or the request cannot be built: ``submit`` builds it then, and says why it fails."""
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            return None
+        try:
+            return build_input(tokenizer, req), sampling_params(req)
+        except RequestError:
+            return None
+
+    def submit(self, req: AnalysisRequest, prepared: tuple[dict[str, Any], Any] | None = None) -> str:
+        """Enqueue ``req`` into the running engine; its engine (internal) request id.
+        ``prepared``: what ``prepare`` made of it. A request that cannot be built, has a refused
+        adapter or is rejected by vLLM raises ``RequestError`` and never reaches an engine step."""
         with self._lock:
             self.start()
             adapter = self._resolve_adapter(req)
             lora = self.lora_request(*adapter) if adapter else None
-            engine_input, param = build_input(self.tokenizer, req), sampling_params(req)
+            engine_input, param = prepared or (build_input(self.tokenizer, req), sampling_params(req))
             try:
                 [rid] = self.llm.enqueue([engine_input], [param], lora_request=[lora], use_tqdm=False)
             except input_errors() as exc:

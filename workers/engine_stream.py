@@ -50,6 +50,7 @@ class Held:
     admitted_at: float | None = None
     mates: tuple[str, ...] = ()       # request keys admitted with it (its engine batch)
     first: tuple[AnalysisOutput, Verdict] | None = None  # a bad first output awaiting the guard
+    prepared: Any = None              # host.prepare(req), made by the offering thread; dropped once submitted
 
 
 @dataclass(slots=True)
@@ -84,9 +85,12 @@ class EngineStream:
 
     # -- any thread -------------------------------------------------------------------------
     def offer(self, requests: Sequence[AnalysisRequest]) -> None:
+        """Hand requests to the stream. Each is prepared here, in the offering thread (frames
+        read, prompt rendered: ``host.prepare``), not in the engine thread the GPU waits on."""
         now = self.clock()
+        held = [Held(req, now, prepared=self.host.prepare(req)) for req in requests]
         with self._cv:
-            self._inbox.extend(Held(req, now) for req in requests)
+            self._inbox.extend(held)
             self._cv.notify_all()
 
     def held(self) -> int:
@@ -167,8 +171,9 @@ class EngineStream:
                     break
                 self.host.register_request_adapter(held.req)
             self._remove_waiting(held)
+            prepared, held.prepared = held.prepared, None
             try:
-                held.engine_id = self.host.submit(held.req)
+                held.engine_id = self.host.submit(held.req, prepared)
             except RequestError as exc:
                 self._hand_over(held, AnalysisOutput.failed(held.req.request_key, str(exc)), Verdict.of(None))
                 continue

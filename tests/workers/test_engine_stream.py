@@ -41,7 +41,8 @@ def host(model_dir, tmp_path_factory):
 
 
 def request(key: str, adapter: str | None, prompt: str, max_tokens: int = 8, **kw) -> AnalysisRequest:
-    return AnalysisRequest(request_key=key, prompt=prompt, system=None, frames=[], timestamps=[],
+    return AnalysisRequest(request_key=key, prompt=prompt, system=None, frames=kw.pop("frames", []),
+                           timestamps=kw.pop("timestamps", []),
                            adapter_name=adapter, adapter_path=kw.pop("adapter_path", None), max_tokens=max_tokens,
                            temperature=0.0, top_p=1.0, seed=None, **kw)
 
@@ -98,6 +99,45 @@ def test_a_mixed_stream_keeps_within_slots_and_capacity_and_equals_each_request_
         assert out.token_ids == alone[r.request_key].token_ids, r.request_key
     assert stream.held() == 0 and stream.stats.delivered == len(reqs)
     assert not host.llm.llm_engine.has_unfinished_requests()
+
+
+def test_video_requests_are_prepared_in_the_offering_thread_not_the_engine_thread(host, tmp_path, monkeypatch):
+    """Reading a video's frames and rendering its prompt (about half of an analysis's CPU
+    before vLLM) happens where requests are offered (the worker's Celery thread), so the
+    engine thread, which the GPU waits on between steps, does not. The outputs are those of
+    each request run alone; a request whose frame is gone still fails alone with its reason."""
+    import threading
+
+    import numpy as np
+    from PIL import Image
+
+    from workers import engine_host
+
+    frames = []
+    for i in range(4):
+        f = tmp_path / f"{i}.jpg"
+        Image.fromarray(np.full((64, 96, 3), 40 * i, np.uint8)).save(f)
+        frames.append(str(f))
+    reqs = [request(f"v{i}", [None, *SCENARIOS][i % 4], PROMPTS[i % 4], frames=frames[: 2 + i % 3],
+                    timestamps=[0.5 * k for k in range(2 + i % 3)]) for i in range(6)]
+    gone = request("gone", SCENARIOS[0], PROMPTS[0], frames=[str(tmp_path / "gone.jpg")], timestamps=[0.0])
+    alone = {r.request_key: host.generate([r])[0] for r in reqs}
+    built_in = []
+    real = engine_host.build_input
+    monkeypatch.setattr(engine_host, "build_input",
+                        lambda tok, req: built_in.append((req.request_key, threading.current_thread().name)) or real(tok, req))
+    stream, rec = stream_for(host, capacity=4)
+    offering = threading.Thread(target=stream.offer, args=([*reqs, gone],), name="celery")
+    offering.start()
+    offering.join()
+    run_until(stream, lambda: len(rec.outputs) == len(reqs) + 1)
+    assert {k for k, t in built_in if t == "celery"} == {r.request_key for r in reqs} | {"gone"}
+    assert [k for k, t in built_in if t != "celery"] == ["gone"]  # submit says why it cannot be built
+    assert rec.outputs["gone"].error.startswith("frame not found")
+    for r in reqs:
+        out = rec.outputs[r.request_key]
+        assert out.error is None and out.token_ids == alone[r.request_key].token_ids, r.request_key
+    assert stream.held() == 0 and all(h.prepared is None for h in stream._running.values())
 
 
 def test_a_lone_request_on_an_idle_engine_is_admitted_at_once(host):
