@@ -54,6 +54,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,11 @@ class EngineHost:
     def started(self) -> bool:
         return self.llm is not None
 
-    @property
+    @cached_property
     def lora_off_reason(self) -> str | None:
         """Why this engine is built without LoRA (engine_patch.moe: a MoE base on which no
-        adapter is verified); None: with LoRA, the usual case."""
+        adapter is verified); None: with LoRA, the usual case. Once per process: it depends on
+        the model, vLLM and the device, none of which change under a running worker."""
         return lora_off_reason(self.settings.model)
 
     def engine_kwargs(self) -> dict[str, Any]:
