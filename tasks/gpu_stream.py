@@ -10,15 +10,23 @@ database is the record: whatever this process holds when it dies is RUNNING on a
 heartbeat stops, which the reconciler gives back; a worker that restarts under the same name
 gives back what its predecessor held before it consumes (``release_abandoned``).
 
-This thread is the only one that touches the engine. It stores results (retrying while the
-database is away), publishes registrations, beats the heartbeat and counts metrics every
-``flush_s``. A graceful stop drains what is in flight (``drain_s``) and gives the rest back;
-an engine that must be replaced gives everything back and stops the worker with exit 75.
+This thread is the only one that touches the engine. It hands each finished result to the
+result writer (``ResultWriter``, a thread of its own that stores it, retrying while the database
+is away), publishes registrations, beats the heartbeat and counts metrics every ``flush_s``. A
+graceful stop drains what is in flight (``drain_s``), waits for the writer and gives the rest
+back; an engine that must be replaced gives everything back and stops the worker with exit 75.
+
+Why a writer thread: the GPU waits on the engine thread between steps, and storing one result
+is a few PostgreSQL round trips and a commit (bench/results/engine_thread_cpu.md). In the writer
+the waits leave the engine thread entirely; the Python part shares the interpreter lock with it.
+A result waiting in the writer is as safe as one in flight: its analysis is RUNNING on this
+worker until stored, and the reconciler gives it back if the process dies first.
 """
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -55,6 +63,9 @@ class StreamRunner:
                                     settings.stream_max_in_flight)
         self.stream = EngineStream(host, self._store, capacity=self.capacity, fair_wait_s=settings.stream_fair_wait_s,
                                    deadline_s=settings.gpu_batch_deadline_s)
+        # As many results as the engine holds requests: past that (the database away) the
+        # engine thread waits for the writer, as it waited for the database before.
+        self.writer = ResultWriter(self._give_up, self.capacity)
         self.flush_s = flush_s
         self.exit_code: int | None = None
         self._drain_s = 0.0
@@ -89,6 +100,7 @@ class StreamRunner:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
+        self.writer.start()
         self._thread.start()
 
     def on_flush(self, callback) -> None:
@@ -133,6 +145,7 @@ class StreamRunner:
             self._give_back("the GPU worker's engine loop failed")
             self._exit(1)
         finally:
+            self.writer.close()  # every result handed over is stored (or the stop's budget ran out)
             self._flush()
 
     def _give_back(self, reason: str) -> None:
@@ -154,7 +167,7 @@ class StreamRunner:
 
     def _store(self, req: AnalysisRequest, output: AnalysisOutput, mates: tuple[str, ...]) -> None:
         identity = {**self._current_identity(), "engine_batch": [int(k) for k in mates]}
-        _retrying(lambda: store_or_fail(output, identity), self._give_up)
+        self.writer.put(output, identity)
 
     def _current_identity(self) -> dict:
         """host.identity(), recomputed when what it says of the engine changed (a rebuild, a
@@ -188,10 +201,50 @@ class StreamRunner:
         admission wait and tokens/s."""
         s = self.stream.stats
         return {"mode": "stream", "capacity": self.capacity, "held": self.stream.held(),
-                "in_flight": self.stream.in_flight_by_adapter(),
+                "in_flight": self.stream.in_flight_by_adapter(), "storing": self.writer.pending(),
                 "admitted": s.admitted, "delivered": s.delivered,
                 "mean_admission_wait_s": round(s.admission_wait_s / s.admitted, 3) if s.admitted else None,
                 "tokens_per_s": round(self.tokens_per_s, 1)}
+
+
+class ResultWriter:
+    """Stores finished results in a thread of its own, in the order they were handed over,
+    each retried while the database is away (``give_up``: past a stop's budget, the analysis
+    stays RUNNING and the reconciler gives it back once the worker is gone)."""
+
+    def __init__(self, give_up, max_pending: int) -> None:
+        self._give_up = give_up
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(max_pending)))
+        self._thread = threading.Thread(target=self._run, name="vidlora-results", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, output: AnalysisOutput, identity: dict) -> None:
+        """Queue one result; waits while ``max_pending`` are already waiting."""
+        self._queue.put((output, identity))
+
+    def pending(self) -> int:
+        """Results handed over and not stored yet."""
+        return self._queue.unfinished_tasks
+
+    def close(self) -> None:
+        """Store everything queued, then end the thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                _retrying(lambda: store_or_fail(*item), self._give_up)
+            except Exception:  # noqa: BLE001 - given up (stop budget spent): the reconciler takes it back
+                log.exception("result for analysis %s not stored", item[0].request_key)
+            finally:
+                self._queue.task_done()
 
 
 def _retrying(action, give_up, first_wait_s: float = 0.5, max_wait_s: float = 30.0) -> None:

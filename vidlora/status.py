@@ -207,4 +207,6 @@ def stream_words(stream: dict | None) -> str:
              f"{waiting} more waiting" if waiting else "nothing waiting",
              f"admitted after {wait:.1f} s on average" if wait is not None else "nothing admitted yet",
              f"{stream.get('tokens_per_s') or 0:,.0f} output tokens/s"]
+    if stream.get("storing"):
+        parts.append(f"{stream['storing']} finished, being stored")
     return "; ".join(parts)

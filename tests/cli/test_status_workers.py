@@ -9,7 +9,7 @@ from vidlora.db import session_scope
 from vidlora.models import Worker, utcnow
 
 STREAM = {"mode": "stream", "capacity": 256, "held": 15, "in_flight": {"tomb_structure": 7, "artifact_identification": 5},
-          "admitted": 120, "delivered": 105, "mean_admission_wait_s": 0.42, "tokens_per_s": 1234.5}
+          "admitted": 120, "delivered": 105, "mean_admission_wait_s": 0.42, "tokens_per_s": 1234.5, "storing": 2}
 
 
 def test_status_workers_shows_the_engine_in_words_and_json(database):
@@ -22,6 +22,6 @@ def test_status_workers_shows_the_engine_in_words_and_json(database):
     [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("gpu-status-cli")]
     assert "ok" in line
     assert ("12 in flight of 256 (artifact_identification 5, tomb_structure 7); 3 more waiting; "
-            "admitted after 0.4 s on average; 1,234 output tokens/s") in line
+            "admitted after 0.4 s on average; 1,234 output tokens/s; 2 finished, being stored") in line
     rows = json.loads(vidlora("status", "--workers", "--json").stdout)["workers"]
     assert [w["stream"] for w in rows if w["name"] == "gpu-status-cli"] == [STREAM]
