@@ -1,0 +1,155 @@
+"""The GPU worker's engine thread handing results over: stored on the thread itself (the tree
+before) or queued for the result writer (now), side by side in one run, on real PostgreSQL.
+
+The engine thread alternates between waiting for the GPU (a step; the interpreter lock is free
+then, as in a CUDA synchronisation) and handing over what finished. Here a step is a sleep of
+``--step-s`` (default 1/10.8 s: one result per step at the ~10.8 results/s one H200 streams at the
+shipped scenarios' shape), and each step hands over one result through the worker's own store
+path (``tasks.analysis_rows.store_or_fail``, with the retry the worker wraps around it). What
+is measured is the time the engine thread spends handing over, per result, which the GPU would
+wait through, and the rate the loop reaches.
+
+    python -m bench.result_store --results 120 --rounds 3 --json bench/results/result_store.json
+
+It makes a database of its own on the PostgreSQL server at ``--admin-url`` and drops it after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+DEFAULT_ADMIN = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def running_analyses(n: int, tag: str) -> list[int]:
+    from sqlalchemy import select
+
+    from vidlora.db import session_scope
+    from vidlora.models import Analysis, Batch, FrameSet, Scenario, Video
+
+    ids = []
+    with session_scope() as session:
+        scenario = session.scalar(select(Scenario).where(Scenario.name == "artifact_identification"))
+        batch = Batch(name=tag, source="cli", scenario_names=[scenario.name])
+        session.add(batch)
+        session.flush()
+        for i in range(n):
+            video = Video(sha256=f"{tag}{i:06d}".ljust(64, "0"), path=f"videos/{tag}{i}.mp4", original_name="x.mp4",
+                          size_bytes=1, status="ready")
+            session.add(video)
+            session.flush()
+            fs = FrameSet(video_id=video.id, policy_key=tag, status="done", files=["a.jpg"])
+            session.add(fs)
+            session.flush()
+            a = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id, frame_set_id=fs.id)
+            session.add(a)
+            session.flush()
+            for step in ("ready", "queued", "running"):
+                a.status = step
+            a.worker = "bench"
+            ids.append(a.id)
+    return ids
+
+
+def output(aid: int):
+    from vidlora.engine_io import AnalysisOutput
+
+    text = ("The vessel is a bronze ding with three legs and taotie masks on its belly; an inscription of "
+            "eleven characters runs inside the rim. ") * 4
+    return AnalysisOutput(request_key=str(aid), text=text, token_ids=list(range(256)), prompt_tokens=356,
+                          output_tokens=256, latency_s=21.0, finish_reason="stop", cumulative_logprob=-40.0,
+                          health={"ok": True, "reason": None, "checks": {}}, structured=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--admin-url", default=DEFAULT_ADMIN)
+    ap.add_argument("--results", type=int, default=120)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--step-s", type=float, default=1 / 10.8)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    from sqlalchemy import create_engine, text
+
+    name = f"vidlora_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(a.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    os.environ["VIDLORA_DATABASE_URL"] = a.admin_url.rsplit("/", 1)[0] + "/" + name
+    try:
+        from tasks.analysis_rows import store_or_fail
+        from tasks.gpu_stream import ResultWriter, _retrying
+        from vidlora import db, scenarios
+        from vidlora.config import reset_settings
+
+        reset_settings()
+        db.upgrade()
+        scenarios.sync()
+        identity = {"model": "base", "versions": {"vllm": "0.33.0"}, "engine_batch": list(range(256)),
+                    "adapters": {f"s{i}": {"ok": True, "digest": "0" * 16, "reason": None} for i in range(3)}}
+        never = lambda: False  # noqa: E731
+
+        def run(mode: str, tag: str) -> dict:
+            ids = running_analyses(a.results, tag)
+            writer = ResultWriter(never, 256) if mode == "result writer" else None
+            if writer:
+                writer.start()
+            handing = 0.0
+            t0 = time.perf_counter()
+            for aid in ids:
+                time.sleep(a.step_s)  # the GPU step
+                h0 = time.perf_counter()
+                out = output(aid)
+                if writer:
+                    writer.put(out, identity)
+                else:
+                    _retrying(lambda: store_or_fail(out, identity), never)
+                handing += time.perf_counter() - h0
+            loop_s = time.perf_counter() - t0
+            if writer:
+                writer.close()
+            stored_s = time.perf_counter() - t0
+            with db.session_scope() as session:
+                from sqlalchemy import func, select
+
+                from vidlora.models import Analysis
+
+                done = session.scalar(select(func.count()).where(Analysis.id.in_(ids), Analysis.status == "done"))
+            assert done == len(ids), (mode, done)
+            return {"mode": mode, "results": len(ids), "engine_thread_ms_per_result": round(1000 * handing / len(ids), 2),
+                    "loop_results_per_s": round(len(ids) / loop_s, 2), "all_stored_s": round(stored_s, 2)}
+
+        rows = []
+        for r in range(a.rounds):
+            for mode in ("engine thread stores", "result writer"):
+                row = dict(run(mode, f"r{r}{mode[:2]}"), round=r + 1)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        mean = {m: sum(x["engine_thread_ms_per_result"] for x in rows if x["mode"] == m) / a.rounds
+                for m in ("engine thread stores", "result writer")}
+        print(f"ENGINE THREAD per result handed over: {mean['engine thread stores']:.2f} ms -> "
+              f"{mean['result writer']:.2f} ms")
+        if a.json:
+            Path(a.json).write_text(json.dumps({
+                "command": f"python -m bench.result_store --results {a.results} --rounds {a.rounds}",
+                "step_s": a.step_s, "rows": rows,
+                "mean_engine_thread_ms_per_result": {k: round(v, 2) for k, v in mean.items()}}, indent=1) + "\n")
+    finally:
+        from vidlora.db import reset_engine
+
+        reset_engine()
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d "
+                              "AND pid <> pg_backend_pid()"), {"d": name})
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
