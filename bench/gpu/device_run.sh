@@ -22,6 +22,8 @@
 #          captured issue 35: engine_patch's all-slots LoRA inside CUDA graphs proven on small engines
 #                   (verify with graphs, the worker's start-up checks), beside issue 36's open 0.33
 #                   checks (verify 16k-32k, check d, forced rebuild, MoE); builds the 27B assets
+#          streamvideos issue 35: the shipped scenarios with video inputs (synthetic frames at their sampling
+#                   size), the streaming loop at 256 in flight vs bare llm.generate, no LoRA and adapters
 #          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
 #                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
 #          moe      issue 36: Qwen3.6-35B-A3B shape (256 experts, 8 active) cut to MOE_LAYERS (default 4:
@@ -313,6 +315,16 @@ case $STAGE in
     MODE=${ALLSLOTS_MODE:-on}
     PH=${ALLSLOTS_PHASES:-warmup,stream_nolora#2000x128x320,stream_one#2000x128x320,stream_mixed3#356x256x512,stream_one#356x256x512}
     VIDLORA_DENSE_LORA_GRAPHS=$MODE bench allslots_$MODE on 0 $PH $ASSETS "--max-num-seqs 256 --stream-capacity 256"
+    ;;
+  streamvideos)  # issue 35 with video inputs: clips x the shipped scenarios (8 synthetic frames at their
+                 # sampling size, no PyAV or ffmpeg needed), streamed at 256 in flight vs bare llm.generate
+    D=$SCRATCH/vl27v
+    [ -f $D/assets.json ] || { log "assets27v"; python3 -m bench.gpu.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
+    N=${SV_CLIPS:-128}
+    python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips $((4 * N + 2)) > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
+    GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    bench streamvideos on 0 warmup,videos_warm,all_videos_nolora,stream_videos,all_videos,stream_videos_nolora $D \
+      "--max-num-seqs 256 --stream-capacity 256 --videos $SCRATCH/synth/manifest.json --video-clips $N"
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
