@@ -212,10 +212,14 @@ def test_cpu_worker_killed_mid_extraction_and_mid_sampling(stack, cpu, gpu, clip
     deadline = time.monotonic() + 120
     while True:
         stack.pause("cpu")
-        status, items_at_kill = extraction_state()
-        if status == "pending" and items_at_kill > 0:
-            break
-        assert status == "pending" and time.monotonic() < deadline, (status, items_at_kill, stack.describe())
+        try:
+            status, items_at_kill = extraction_state()
+            if status == "pending" and items_at_kill > 0:
+                break
+            assert status == "pending" and time.monotonic() < deadline, (status, items_at_kill, stack.describe())
+        except BaseException:
+            stack.resume("cpu")  # a frozen worker would fail every later test of the session too
+            raise
         stack.resume("cpu")
         time.sleep(0.005)
     assert 0 < items_at_kill < len(members), items_at_kill
