@@ -32,6 +32,11 @@ def host(tiny_moe, tmp_path_factory):
 
     if moe.lora_off_reason(tiny_moe / "base") is None:
         pytest.skip("an adapter is verified on a MoE base here: the engine keeps LoRA on")
+    # A worker process hosts one model; this test process has built dense engines before, whose
+    # parallel state has no expert-parallel group. vLLM's own teardown (what a rebuild runs) first.
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
     h = EngineHost(Settings(var_dir=tmp_path_factory.mktemp("var"), model=str(tiny_moe / "base"),
                             adapter_root=tiny_moe / "adapters", max_loras=2, max_lora_rank=16,
                             max_model_len=2048, max_num_seqs=4, enforce_eager=True))
