@@ -86,7 +86,8 @@ def lora_path_counts() -> dict[str, int]:
 def kernel_check_report(patch_status: str) -> dict[str, Any] | None:
     """The LoRA kernels of this device against an fp32 reference, before the engine is built
     (a failure turns engine_patch's mitigations on and checks again; still failing raises
-    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched."""
+    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched; the host
+    skips it for an engine built without LoRA, which never runs these kernels."""
     if not patch_status.startswith("applied") or os.environ.get("VIDLORA_ENGINE_PATCH") == "off":
         return None
     from engine_patch.selfcheck import check_kernels

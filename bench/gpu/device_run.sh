@@ -26,6 +26,7 @@
 #                   size), the streaming loop at 256 in flight vs bare llm.generate, no LoRA and adapters
 #          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
 #                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
+#          cpufeed  issue 35: CPU-s per 20 s 1080p clip on this host (no GPU), this tree vs fc3e6c8, 8 at once
 #          moe      issue 36: Qwen3.6-35B-A3B shape (256 experts, 8 active) cut to MOE_LAYERS (default 4:
 #                   3 GDN + 1 attention, every layer at full size) with a random checkpoint written here:
 #                   registration verdicts, no-adapter output with enable_lora off vs on (#49063), and
@@ -325,6 +326,34 @@ case $STAGE in
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     bench streamvideos on 0 warmup,videos_warm,all_videos_nolora,stream_videos,all_videos,stream_videos_nolora $D \
       "--max-num-seqs 256 --stream-capacity 256 --videos $SCRATCH/synth/manifest.json --video-clips $N"
+    ;;
+  cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
+            # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.
+            # Needs $SCRATCH/media: the av wheel, tools.tar.xz (ffmpeg + ffprobe), the pydantic and
+            # var/device-wheels wheels, oldtree.tgz (bench/gpu/README.md: "The CPU feed on the host")
+    M=$SCRATCH/media
+    mkdir -p $M/site $M/bin $SCRATCH/oldtree
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $M/tools.tar.xz $M \
+      && mv $M/tools/* $M/bin/ && export PATH=$M/bin:$PATH  # python's lzma: the image may lack xz
+    python3 -m pip install -q --no-index --no-deps --target $M/site $M/*.whl > $RES/cpufeed_install.log 2>&1
+    tar -xzf $M/oldtree.tgz -C $SCRATCH/oldtree
+    export PYTHONPATH=$M/site:$REPO
+    python3 -c "import av, numpy, PIL, pydantic_settings, sqlalchemy; print('media: av', av.__version__)" 2>&1 | tail -1 | tee -a $RES/device.log
+    log "cpufeed: clips"
+    python3 -m bench.gpu.videos --out $SCRATCH/feed/new --clips ${FEED_CLIPS:-24} --seconds ${FEED_SECONDS:-20} \
+      > $RES/cpufeed_make.log 2>&1 || log "clips FAILED"
+    cp $SCRATCH/feed/new/manifest.json $RES/cpufeed_new_sequential.json
+    rm -rf $SCRATCH/feed/old && cp -r $SCRATCH/feed/new $SCRATCH/feed/old
+    for r in 1 2; do
+      [ $(left) -gt 30 ] && [ -f $SCRATCH/feed/new/manifest.json ] || break
+      (cd $SCRATCH/oldtree && PYTHONPATH=$M/site:$SCRATCH/oldtree timeout $(( $(left) - 5 )) \
+        python3 -m bench.gpu.videos --out $SCRATCH/feed/old --parallel-only --workers 8) >> $RES/cpufeed_old.log 2>&1
+      cp $SCRATCH/feed/old/manifest.json $RES/cpufeed_old_r$r.json
+      timeout $(( $(left) - 5 )) python3 -m bench.gpu.videos --out $SCRATCH/feed/new --parallel-only --workers 8 \
+        >> $RES/cpufeed_new.log 2>&1
+      cp $SCRATCH/feed/new/manifest.json $RES/cpufeed_new_r$r.json
+      log "cpufeed round $r done"
+    done
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }

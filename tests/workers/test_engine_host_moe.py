@@ -40,7 +40,15 @@ def host(tiny_moe, tmp_path_factory):
     h = EngineHost(Settings(var_dir=tmp_path_factory.mktemp("var"), model=str(tiny_moe / "base"),
                             adapter_root=tiny_moe / "adapters", max_loras=2, max_lora_rank=16,
                             max_model_len=2048, max_num_seqs=4, enforce_eager=True))
-    h.start()
+    # A device whose LoRA kernels are wrong: an engine without LoRA never runs them, so it starts.
+    from engine_patch import selfcheck
+
+    def wrong_kernels(*args, **kwargs):
+        raise selfcheck.SelfCheckError("LoRA kernels disagree with the fp32 reference (this test's device)")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(selfcheck, "check_kernels", wrong_kernels)
+        h.start()
     yield h
     shutdown(h.llm)
 
@@ -59,6 +67,7 @@ def test_the_engine_is_built_without_lora_and_says_why(host) -> None:
     ident = host.identity()
     assert ident["lora_off"].startswith("a MoE base on which no adapter is verified") and "#49063" in ident["lora_off"]
     assert ident["in_process_engine"] and host.last_canary()["ok"]
+    assert host.patch_status.startswith("applied") and ident["kernel_check"] is None
 
 
 def test_adapters_are_refused_with_their_reason_and_the_base_request_is_served(host, tiny_moe) -> None:
