@@ -325,7 +325,7 @@ class Bench:
                 out.append([by_key[ids[item.id]] for item in b])
         return out
 
-    def run_stream(self, reqs: list, capacity: int, profile_steps: int = 0) -> dict[str, Any]:
+    def run_stream(self, reqs: list, capacity: int, profile_steps: int = 0, profile_tag: str = "stream") -> dict[str, Any]:
         """The streaming GPU worker's engine loop (workers.engine_stream.EngineStream, what
         tasks.gpu_stream drives): everything offered at once, admitted as the engine has room
         (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes.
@@ -381,7 +381,8 @@ class Bench:
                         window = classify(prof, wall)
                         steps = trace.steps[-profile_steps:] if trace is not None else []
                         window["steps"] = [(round(s.seconds * 1e3, 1), s.prefill_tokens, s.decodes) for s in steps]
-                        prof.export_chrome_trace(str(Path(self.args.json).with_name(f"{self.args.label}_stream_trace.json")))
+                        prof.export_chrome_trace(str(Path(self.args.json).with_name(
+                            f"{self.args.label}_{profile_tag}_stream_trace.json")))
                         prof = None
         finally:
             offering.join()
@@ -485,7 +486,8 @@ class Bench:
             ads = {"nolora": [None], "one": ["a00"], "mixed3": A3}[name.split("_", 1)[1]]
             prof = a.profile_steps if name.startswith("streamprof") else 0
             row = self._with_mfu(self.run_stream(self.requests(n, ads, full_name),
-                                                 a.stream_capacity or a.max_num_seqs, profile_steps=prof))
+                                                 a.stream_capacity or a.max_num_seqs, profile_steps=prof,
+                                                 profile_tag=name))
         elif name in ("all_nolora", "all_one", "all_mixed3"):  # bare llm.generate, everything at once
             ads = {"all_nolora": [None], "all_one": ["a00"], "all_mixed3": A3}[name]
             row = self._with_mfu(self.run_bare([self.requests(n, ads, full_name)]))

@@ -121,11 +121,17 @@ def classify(prof: Any, wall_s: float) -> dict[str, Any]:
         cls = next((c for c, rx in KERNEL_CLASSES if rx.search(e.key)), "other")
         totals[cls] = totals.get(cls, 0.0) + t
     top.sort(key=lambda r: -r[1])
+    # Host side too: what the engine thread spends its step on (a LoRA step's mapping and
+    # metadata work shows here, not among the kernels), by self time.
+    cpu = sorted(((e.key, float(getattr(e, "self_cpu_time_total", 0.0) or 0.0), e.count) for e in ka),
+                 key=lambda r: -r[1])
     wall_us = wall_s * 1e6
     return {
         "wall_s": round(wall_s, 3),
         "gpu_busy_s": round(busy / 1e6, 3),
         "gpu_idle_share": round(max(0.0, 1 - busy / wall_us), 3) if wall_us else None,
         "by_class_share": {k: round(v / busy, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])} if busy else {},
-        "top": [(k[:90], round(t / 1e3, 1), c) for k, t, c in top[:20]],
+        "by_class_ms": {k: round(v / 1e3, 1) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
+        "top": [(k[:90], round(t / 1e3, 1), c) for k, t, c in top[:40]],
+        "cpu_self_top": [(k[:90], round(t / 1e3, 1), c) for k, t, c in cpu[:25] if t],
     }
