@@ -68,14 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--free-text", action="store_true",
                     help="no output schema: answers run to --max-tokens (the schemas end them in under 100)")
+    ap.add_argument("--scenario-penalty", action="store_true",
+                    help="each scenario's own repetition_penalty (1.3 in scenarios.yaml; the runs before used 1.0)")
+    ap.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"],
+                    help="vLLM's logprobs_mode: raw (before the repetition penalty; vLLM's default) or processed")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
 
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest, chosen_logprobs
-    from vidlora.scenarios import load_scenarios
+    from vidlora.engine_io import build_input, sampling_params
+    from vidlora.scenarios import Generation, load_scenarios
     from workers.engine_host import EngineHost
     from workers.engine_outputs import external_id
+
+    class Host(EngineHost):
+        def engine_kwargs(self):
+            return {**super().engine_kwargs(), "logprobs_mode": a.logprobs_mode}
 
     model = Path(a.model)
     work = Path(tempfile.mkdtemp(prefix="replay-noise-"))
@@ -85,10 +94,21 @@ def main(argv: list[str] | None = None) -> int:
         request_key=f"v{v}-{sp.name}", prompt=sp.prompt, system=getattr(sp, "system", None),
         frames=make_frames(work, v), timestamps=TIMESTAMPS, adapter_name=sp.name,
         adapter_path=str(model / "adapters" / sp.name), max_tokens=a.max_tokens, temperature=0.0, top_p=1.0,
-        seed=None, output_schema=None if a.free_text else getattr(sp, "output_schema", None)) for v in range(6) for sp in specs]
-    host = EngineHost(s)
+        seed=None, output_schema=None if a.free_text else getattr(sp, "output_schema", None),
+        repetition_penalty=Generation.of(sp.generation).repetition_penalty if a.scenario_penalty else 1.0)
+        for v in range(6) for sp in specs]
+    host = Host(s)
     host.start()
     alone = {r.request_key: host.generate([r])[0] for r in reqs}
+    # The alone run's top 20 at every position: the margin by which a stream's parting token
+    # lost there (in the logprobs vLLM returns: raw or processed, --logprobs-mode).
+    top20 = {}
+    for r in reqs:
+        params = sampling_params(r)
+        params.logprobs = 20
+        lora = host.lora_request(r.adapter_name, r.adapter_path)
+        [out] = host.llm.generate([build_input(host.tokenizer, r)], params, lora_request=lora, use_tqdm=False)
+        top20[r.request_key] = out.outputs[0]
     again = {r.request_key: host.generate([r])[0] for r in reqs}
     host.reset_prefix_cache()
     batch = {o.request_key: o for o in host.generate(reqs)}
@@ -112,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, out in done.items():
             comp = out.outputs[0]
             row = drift(alone[key], list(comp.token_ids), chosen_logprobs(list(comp.token_ids), comp.logprobs))
+            if row["parts"] and row["agreed"] < min(len(comp.token_ids), len(top20[key].token_ids)):
+                j, ref = row["agreed"], top20[key]
+                top = ref.logprobs[j]
+                mine = top.get(comp.token_ids[j])
+                row["margin_at_parting"] = None if mine is None else round(top[ref.token_ids[j]].logprob - mine.logprob, 4)
             report["streams"].append({"trial": trial, "request": key, **row})
     summary = {}
     for name in ("alone_again_prefix_cached", "closed_batch_of_18", "streams"):
@@ -122,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                                                       for k in sorted({k for r in rows for k in r["max_dlogprob_by_position"]},
                                                                       key=lambda k: int(k.split("-")[0]))},
                          "tokens_max": max(r["tokens"] for r in rows),
-                         "partings": sorted({f'{r["request"]} at token {r["agreed"]}' for r in rows if r["parts"]})}
+                         "partings": sorted({f'{r["request"]} at token {r["agreed"]}' for r in rows if r["parts"]}),
+                         "margins_at_partings": sorted({r["margin_at_parting"] for r in rows
+                                                        if r.get("margin_at_parting") is not None})}
     report["summary"] = summary
     print(json.dumps(summary, indent=1))
     if a.out:
