@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--videos", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="then one more 'offering thread builds' round under cProfile: where vLLM's part of "
+                         "submit goes (render: multimodal processing and tokenizing; add: the engine's own)")
     a = ap.parse_args(argv)
 
     from bench.alternate import alternate
@@ -71,11 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     submit = host.submit
     spent = {"submit": 0.0}
 
+    profiler = None  # set for the --profile round: only the engine thread's submit is profiled
+
     def timed_submit(req, prepared=None):
         t0 = time.thread_time()
+        if profiler is not None:
+            profiler.enable()
         try:
             return submit(req, prepared)
         finally:
+            if profiler is not None:
+                profiler.disable()
             spent["submit"] += time.thread_time() - t0
 
     host.submit = timed_submit
@@ -113,14 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     ratio = mean["offering thread builds"] / mean["engine thread builds"]
     print(f"ENGINE THREAD CPU per video analysis in submit: {mean['engine thread builds']:.2f} ms -> "
           f"{mean['offering thread builds']:.2f} ms (ratio {ratio:.2f})")
+    split = None
+    if a.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        run("offering thread builds", "profiled")
+        stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, nc, tottime, cumtime, callers)
+        cum = {f"{Path(k[0]).parent.name}/{Path(k[0]).name}:{k[2]}": v[3] for k, v in stats.items()}
+        total = cum.get("workers/engine_host.py:submit") or 1.0
+        split = {part: round(max((t for k, t in cum.items() if k.endswith(name)), default=0.0) / total, 3)
+                 for part, name in (("render (multimodal processing, tokenizing)", "base.py:render_cmpl"),
+                                    ("engine add_request", "llm_engine.py:add_request"),
+                                    ("lora_request (vidlora)", "engine_host.py:lora_request"))}
+        print(f"SUBMIT SPLIT (share of submit's time under cProfile): {split}")
     if a.json:
         Path(a.json).write_text(json.dumps({
             "command": "VLLM_ENABLE_V1_MULTIPROCESSING=0 python -m bench.engine_thread --rounds "
-                       f"{a.rounds} --videos {a.videos}",
+                       f"{a.rounds} --videos {a.videos}" + (" --profile" if a.profile else ""),
             "versions": {"vllm": dist_version("vllm"), "torch": dist_version("torch")},
             "frame": list(SIZE), "frames_per_video": len(TIMESTAMPS), "scenarios": [sp.name for sp in specs],
             "rows": rows, "mean_engine_thread_submit_ms": mean,
-            "ratio": round(ratio, 3)}, indent=1) + "\n")
+            "ratio": round(ratio, 3), "submit_split_profiled": split}, indent=1) + "\n")
     return 0
 
 
