@@ -57,7 +57,14 @@ def check_reproduced(host, req, stored_tokens: list[int], stored_text: str, tol:
     margin = top[ids[j]].logprob - stored_lp.logprob
     if margin <= tol:
         return None
+    # What a later reader needs to tell causes apart: vLLM returns raw logprobs (before the
+    # repetition penalty), so a tie after the penalty reads as a gap when one of the two tokens
+    # was already said and the other not.
+    said = sorted({"run alone's" if ids[j] in stored_tokens[:j] else "", "stored" if stored_tokens[j] in stored_tokens[:j] else ""} - {""})
+    context = (f"stored token's rank {getattr(stored_lp, 'rank', '?')}; repetition_penalty {req.repetition_penalty}; "
+               f"said before: {', '.join(said) or 'neither'}")
     if j >= LATE_AFTER and margin <= LATE_NATS:
-        warnings.warn(LateParting(f"{req.request_key}: parts at token {j} of {len(stored_tokens)} by {margin:.3f} nats"))
+        warnings.warn(LateParting(f"{req.request_key}: parts at token {j} of {len(stored_tokens)} by {margin:.3f} nats "
+                                  f"({context})"))
         return None
-    return f"parts at token {j} with a margin of {margin:.3f} nats (> {tol})"
+    return f"parts at token {j} with a margin of {margin:.3f} nats (> {tol}; {context})"
