@@ -70,21 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="no output schema: answers run to --max-tokens (the schemas end them in under 100)")
     ap.add_argument("--scenario-penalty", action="store_true",
                     help="each scenario's own repetition_penalty (1.3 in scenarios.yaml; the runs before used 1.0)")
-    ap.add_argument("--logprobs-mode", default="raw_logprobs", choices=["raw_logprobs", "processed_logprobs"],
-                    help="vLLM's logprobs_mode: raw (before the repetition penalty; vLLM's default) or processed")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
 
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest, chosen_logprobs
-    from vidlora.engine_io import build_input, sampling_params
+    from tests.support.replay import run_alone
     from vidlora.scenarios import Generation, load_scenarios
     from workers.engine_host import EngineHost
     from workers.engine_outputs import external_id
-
-    class Host(EngineHost):
-        def engine_kwargs(self):
-            return {**super().engine_kwargs(), "logprobs_mode": a.logprobs_mode}
 
     model = Path(a.model)
     work = Path(tempfile.mkdtemp(prefix="replay-noise-"))
@@ -97,18 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         seed=None, output_schema=None if a.free_text else getattr(sp, "output_schema", None),
         repetition_penalty=Generation.of(sp.generation).repetition_penalty if a.scenario_penalty else 1.0)
         for v in range(6) for sp in specs]
-    host = Host(s)
+    host = EngineHost(s)
     host.start()
     alone = {r.request_key: host.generate([r])[0] for r in reqs}
-    # The alone run's top 20 at every position: the margin by which a stream's parting token
-    # lost there (in the logprobs vLLM returns: raw or processed, --logprobs-mode).
-    top20 = {}
-    for r in reqs:
-        params = sampling_params(r)
-        params.logprobs = 20
-        lora = host.lora_request(r.adapter_name, r.adapter_path)
-        [out] = host.llm.generate([build_input(host.tokenizer, r)], params, lora_request=lora, use_tqdm=False)
-        top20[r.request_key] = out.outputs[0]
+    # The alone run's top logprobs at every position, as the pipeline tests' replay takes them:
+    # the margin by which a stream's parting token lost there (vLLM's raw logprobs, taken
+    # before the repetition penalty).
+    tops = {r.request_key: run_alone(host, r) for r in reqs}
     again = {r.request_key: host.generate([r])[0] for r in reqs}
     host.reset_prefix_cache()
     batch = {o.request_key: o for o in host.generate(reqs)}
@@ -132,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, out in done.items():
             comp = out.outputs[0]
             row = drift(alone[key], list(comp.token_ids), chosen_logprobs(list(comp.token_ids), comp.logprobs))
-            if row["parts"] and row["agreed"] < min(len(comp.token_ids), len(top20[key].token_ids)):
-                j, ref = row["agreed"], top20[key]
+            if row["parts"] and row["agreed"] < min(len(comp.token_ids), len(tops[key].token_ids)):
+                j, ref = row["agreed"], tops[key]
                 top = ref.logprobs[j]
                 mine = top.get(comp.token_ids[j])
                 row["margin_at_parting"] = None if mine is None else round(top[ref.token_ids[j]].logprob - mine.logprob, 4)

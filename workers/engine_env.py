@@ -83,12 +83,13 @@ def lora_path_counts() -> dict[str, int]:
     return dense_lora.counts()
 
 
-def kernel_check_report(patch_status: str) -> dict[str, Any] | None:
+def kernel_check_report(patch_status: str, lora: bool = True) -> dict[str, Any] | None:
     """The LoRA kernels of this device against an fp32 reference, before the engine is built
     (a failure turns engine_patch's mitigations on and checks again; still failing raises
-    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched; the host
-    skips it for an engine built without LoRA, which never runs these kernels."""
-    if not patch_status.startswith("applied") or os.environ.get("VIDLORA_ENGINE_PATCH") == "off":
+    SelfCheckError and the worker does not start). Skipped when vLLM runs unpatched, and for an
+    engine built without LoRA (``lora`` False): it never runs these kernels, so a device where
+    they are wrong may still serve the base model."""
+    if not lora or not patch_status.startswith("applied") or os.environ.get("VIDLORA_ENGINE_PATCH") == "off":
         return None
     from engine_patch.selfcheck import check_kernels
 

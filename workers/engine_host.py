@@ -171,10 +171,7 @@ class EngineHost:
             if self.llm is not None:
                 return
             self.patch_status = apply_engine_patch()
-            # An engine without LoRA never runs the LoRA kernels: a device where they are wrong
-            # may still serve the base model, so their check must not refuse this worker.
-            if not self.lora_off_reason:
-                self.kernel_check = kernel_check_report(self.patch_status)
+            self.kernel_check = kernel_check_report(self.patch_status, lora=not self.lora_off_reason)
             self._build_engine()
             health = self.canary(None, "start")
             if not health.ok:

@@ -329,15 +329,15 @@ case $STAGE in
     ;;
   cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
             # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.
-            # Needs $SCRATCH/media: the av wheel, tools.tar.xz (ffmpeg + ffprobe), the pydantic and
-            # var/device-wheels wheels, oldtree.tgz (bench/gpu/README.md: "The CPU feed on the host")
+            # Needs $SCRATCH/media: av.tar.xz (the av wheel's files), tools.tar.xz (ffmpeg + ffprobe),
+            # the pydantic and var/device-wheels wheels, oldtree.tgz (bench/gpu/README.md: "The CPU
+            # feed on the host")
     M=$SCRATCH/media
     mkdir -p $M/site $M/bin $SCRATCH/oldtree
-    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $M/tools.tar.xz $M \
-      && mv $M/tools/* $M/bin/ && export PATH=$M/bin:$PATH  # python's lzma: the image may lack xz
+    untar() { python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$@"; }  # the image may lack xz
+    untar $M/tools.tar.xz $M && mv $M/tools/* $M/bin/ && export PATH=$M/bin:$PATH
+    untar $M/av.tar.xz $M/site  # 25 MB, not the wheel's 36: the call's 64 MiB hold all the stage needs
     python3 -m pip install -q --no-index --no-deps --target $M/site $M/*.whl > $RES/cpufeed_install.log 2>&1
-    # the av wheel's files as one tar.xz (25 MB, not the wheel's 36: the call's 64 MiB hold it all)
-    [ ! -f $M/av.tar.xz ] || python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" $M/av.tar.xz $M/site
     tar -xzf $M/oldtree.tgz -C $SCRATCH/oldtree
     export PYTHONPATH=$M/site:$REPO
     python3 -c "import av, numpy, PIL, pydantic_settings, sqlalchemy; print('media: av', av.__version__)" 2>&1 | tail -1 | tee -a $RES/device.log

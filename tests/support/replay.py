@@ -34,16 +34,23 @@ class LateParting(UserWarning):
 TOP_K = 20  # vLLM's default max_logprobs
 
 
-def check_reproduced(host, req, stored_tokens: list[int], stored_text: str, tol: float = NEAR_TIE_NATS) -> str | None:
-    """None if ``stored_tokens`` are reproduced (up to a near tie); else what differs."""
-    from tasks.analysis_rows import storable_text
+def run_alone(host, req):
+    """``req`` alone on ``host``'s engine (greedy, its grammar and adapter), with the top
+    ``TOP_K`` logprobs at every position: vLLM's completion output."""
     from vidlora.engine_io import build_input, sampling_params
 
     params = sampling_params(req)
     params.logprobs = TOP_K
     lora = host.lora_request(req.adapter_name, req.adapter_path) if req.adapter_name else None
     [out] = host.llm.generate([build_input(host.tokenizer, req)], params, lora_request=lora, use_tqdm=False)
-    comp = out.outputs[0]
+    return out.outputs[0]
+
+
+def check_reproduced(host, req, stored_tokens: list[int], stored_text: str, tol: float = NEAR_TIE_NATS) -> str | None:
+    """None if ``stored_tokens`` are reproduced (up to a near tie); else what differs."""
+    from tasks.analysis_rows import storable_text
+
+    comp = run_alone(host, req)
     ids = list(comp.token_ids)
     if ids == list(stored_tokens):
         return None if storable_text(comp.text) == stored_text else "same tokens, other text"
@@ -60,7 +67,7 @@ def check_reproduced(host, req, stored_tokens: list[int], stored_text: str, tol:
     # What a later reader needs to tell causes apart: vLLM returns raw logprobs (before the
     # repetition penalty), so a tie after the penalty reads as a gap when one of the two tokens
     # was already said and the other not.
-    said = sorted({"run alone's" if ids[j] in stored_tokens[:j] else "", "stored" if stored_tokens[j] in stored_tokens[:j] else ""} - {""})
+    said = [who for who, tok in (("run alone's", ids[j]), ("stored", stored_tokens[j])) if tok in stored_tokens[:j]]
     context = (f"stored token's rank {getattr(stored_lp, 'rank', '?')}; repetition_penalty {req.repetition_penalty}; "
                f"said before: {', '.join(said) or 'neither'}")
     if j >= LATE_AFTER and margin <= LATE_NATS:
