@@ -308,6 +308,12 @@ case $STAGE in
     [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     bench decodeprof${DECODEPROF_LAYERS:+_L$DECODEPROF_LAYERS} on 0 warmup,streamprof_nolora#356x256x256,streamprof_one#356x256x256 $D "--max-num-seqs 256 --stream-capacity 256"
+    # vLLM launches every LoRA kernel over max_loras + 1 slots unless specialize_active_lora
+    # captures a graph per active count: the same one-adapter window on an engine that does
+    if [ $(left) -gt 200 ]; then
+      GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768, "specialize_active_lora": true}'
+      bench decodeprof_sal${DECODEPROF_LAYERS:+_L$DECODEPROF_LAYERS} on 0 warmup,streamprof_one#356x256x256 $D "--max-num-seqs 256 --stream-capacity 256"
+    fi
     mkdir -p $SCRATCH/traces && mv $RES/*_stream_trace.json $SCRATCH/traces/ 2>/dev/null  # tens of MB each: kept on the device
     ;;
   allslots)  # issue 35: what CUDA graphs capture for LoRA, through the streaming loop, both shapes
@@ -449,9 +455,12 @@ case $STAGE in
     TM=$REPO/var/tiny-model/base TA=$REPO/var/tiny-model/adapters
     TKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.3}'
     TAD=($TA/artifact_identification $TA/murals_inscriptions $TA/tomb_structure)
-    selfcheck_run tiny_graphs $TM 0 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
-    [ $(left) -gt 90 ] && selfcheck_run tiny_eager $TM 1 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
-    [ $(left) -gt 120 ] && [ ! -f $RES/verify_nolora.json ] && verify_nolora
+    # SELFCHECK_ONLY=b27: the 27B lane alone (the tiny lanes are measured on 0.33: h200_r2_2026-12-05)
+    if [ "${SELFCHECK_ONLY:-}" != b27 ]; then
+      selfcheck_run tiny_graphs $TM 0 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
+      [ $(left) -gt 90 ] && selfcheck_run tiny_eager $TM 1 "$TKW" "--max-lora-rank 8" "${TAD[@]}"
+      [ $(left) -gt 120 ] && [ ! -f $RES/verify_nolora.json ] && verify_nolora
+    fi
     if [ $(left) -gt 300 ]; then
       [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
       selfcheck_run b27_graphs $ASSETS/model 0 '{"gdn_prefill_backend": "triton"}' "--dummy --max-lora-rank 64" \

@@ -6,10 +6,13 @@ runners' `_zero_block_ids` skip Mamba layers. A state block handed to a new requ
 can therefore hold a previous tenant's conv/recurrent state; a kernel path that reads
 it before writing (or a NaN left there) then leaks into the new request.
 
-The patch wraps `GPUModelRunner._update_states` (the CPU runner inherits it): for each
-request that starts from token 0 (new, or resumed without computed tokens), every
-block it holds in a MambaSpec group is zeroed in every layer's state tensors. Requests
-that resume from a prefix-cache hit keep their (valid) cached state.
+The patch wraps the step where each runner takes in the scheduler's new requests: the V1
+runner's `GPUModelRunner._update_states` (the CPU runner inherits it) and the V2 runner's
+`GPUModelRunner.add_requests` (`vllm.v1.worker.gpu`, the CUDA default from 0.29 on; its
+`KVBlockZeroer` skips Mamba layers too). For each request that starts from token 0 (new, or
+resumed without computed tokens), every block it holds in a MambaSpec group is zeroed in
+every layer's state tensors. Requests that resume from a prefix-cache hit keep their (valid)
+cached state. Both hooks run before that step's forward pass.
 """
 from __future__ import annotations
 
@@ -20,7 +23,24 @@ import torch
 
 from .base import Patch, is_marked, wraps_marked
 
-_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
+# (module, class, method) per model runner; each takes the step's SchedulerOutput.
+_HOOKS = (
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_update_states"),  # V1 (and the CPU runner)
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", "add_requests"),    # V2
+)
+
+
+def _hooks() -> list[tuple[type, str]]:
+    """The runner classes this vLLM has, with the method to wrap on each."""
+    found = []
+    for mod, cls, meth in _HOOKS:
+        try:
+            klass = getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError):
+            continue
+        if callable(getattr(klass, meth, None)):
+            found.append((klass, meth))
+    return found
 
 
 def _mamba_groups(runner) -> list[tuple[int, list[torch.Tensor]]]:
@@ -74,24 +94,23 @@ def zero_state_blocks(runner, scheduler_output) -> int:
 
 def _wrap(orig):
     @wraps_marked(orig)
-    def _update_states(self, scheduler_output):
+    def take_new_requests(self, scheduler_output, *args, **kwargs):
         zero_state_blocks(self, scheduler_output)
-        return orig(self, scheduler_output)
+        return orig(self, scheduler_output, *args, **kwargs)
 
-    return _update_states
+    return take_new_requests
 
 
 def probe() -> str | None:
     try:
-        runner = getattr(importlib.import_module(_RUNNER[0]), _RUNNER[1])
         stm = importlib.import_module("vllm.v1.core.single_type_kv_cache_manager")
         importlib.import_module("vllm.v1.kv_cache_interface").MambaSpec  # noqa: B018
     except (ImportError, AttributeError) as exc:
         return f"layout differs: {exc!r}"
-    fn = getattr(runner, "_update_states", None)
-    if fn is None:
-        return "no GPUModelRunner._update_states"
-    if is_marked(fn):
+    hooks = _hooks()
+    if not hooks:
+        return "no model runner with _update_states or add_requests"
+    if all(is_marked(getattr(klass, meth)) for klass, meth in hooks):
         return "already applied"
     mamba = getattr(stm, "MambaManager", None)
     if mamba is not None and "zero" in inspect.getsource(mamba).lower():
@@ -100,8 +119,10 @@ def probe() -> str | None:
 
 
 def apply() -> None:
-    runner = getattr(importlib.import_module(_RUNNER[0]), _RUNNER[1])
-    runner._update_states = _wrap(runner._update_states)
+    for klass, meth in _hooks():
+        fn = getattr(klass, meth)
+        if not is_marked(fn):
+            setattr(klass, meth, _wrap(fn))
 
 
 PATCH = Patch(

@@ -1,4 +1,4 @@
-"""Failures 1-4 as runnable scenarios; `python -m tests.engine_patch.scenarios` runs them
+"""Failures 1-4 (and 5: stale GDN state blocks) as runnable scenarios; `python -m tests.engine_patch.scenarios` runs them
 in a fresh process (the unpatched case must never see engine_patch)."""
 from __future__ import annotations
 
@@ -80,10 +80,41 @@ def run(llm, adapters: dict[str, Path], names: list[str]) -> dict[str, dict]:
                 change = max(abs(x - y) for x, y in zip(z["lps"], base["lps"]))
                 res[name] = {"ok": z["finite"], "changes_output": z["tokens"] != base["tokens"] or change > 1e-3,
                              "max_logprob_change": change}
+            elif name == "5":
+                res[name] = _state_reuse(llm, gen)
         except Exception as exc:  # noqa: BLE001 - the failure itself is the result
             res[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400],
                          "trace": traceback.format_exc()[-1500:]}
     return res
+
+
+def _state_reuse(llm, gen) -> dict:
+    """#56524: a new request is handed GDN state blocks a previous tenant left NaN. It must
+    answer as on clean blocks; `zeroed` counts the blocks gdn_state_zero cleared for it
+    (None without the patch). Poisons every state block: no case that needs clean ones may follow."""
+    from engine_patch.patches import gdn_state_zero
+
+    prompt = "a third prompt, for the state blocks a finished request leaves behind"
+    ref = gen([prompt], [None])[0]
+    llm.reset_prefix_cache()  # else the re-run resumes from its own cached state
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    for _, tensors in gdn_state_zero._mamba_groups(runner):
+        for t in tensors:
+            t[1:].fill_(float("nan"))  # block 0 is the null block
+    counted: list[int] = []
+    orig = gdn_state_zero.zero_state_blocks
+
+    def counting(runner, scheduler_output):
+        counted.append(orig(runner, scheduler_output))
+        return counted[-1]
+
+    gdn_state_zero.zero_state_blocks = counting
+    try:
+        out = gen([prompt], [None])[0]
+    finally:
+        gdn_state_zero.zero_state_blocks = orig
+    return {"ok": out["finite"] and out["tokens"] == ref["tokens"],
+            "zeroed": sum(counted) if counted else None}
 
 
 def main(argv: list[str] | None = None) -> int:
