@@ -37,7 +37,7 @@ def rows(res: list[Path]) -> list[dict]:
     out = []
     for path in sorted(p for r in res for p in r.glob("*.json")):
         run = json.loads(path.read_text())
-        phases = run["phases"]
+        phases = run.get("phases") or {}  # other stages' JSONs (cpufeed manifests) share the folder
         for key, row in phases.items():
             name, _, shape = key.partition("#")
             if not shape:
@@ -67,7 +67,7 @@ def windows(res: list[Path]) -> list[dict]:
     the no-LoRA window of the same run (same engine) beside it where there is one."""
     out = []
     for path in sorted(p for r in res for p in r.glob("*.json")):
-        phases = json.loads(path.read_text())["phases"]
+        phases = json.loads(path.read_text()).get("phases") or {}
         per_step = {}
         for key, row in phases.items():
             w = row.get("profile_window")
