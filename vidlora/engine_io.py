@@ -196,6 +196,8 @@ def sampling_params(req: AnalysisRequest):
             repetition_penalty=req.repetition_penalty,
             logprobs=1,  # the chosen token's logprob always comes back; the guard reads it
             structured_outputs=structured,
+            # ...as a number: its token's text is never read (engine_patch.patches.logprob_text)
+            extra_args={"vidlora_logprob_text": False},
         )
     except (ValueError, TypeError, _Invalid) as exc:  # e.g. top_p = 0: this request's fault
         raise RequestError(f"bad generation settings: {exc}") from exc

@@ -201,6 +201,25 @@ def test_text_only_and_seeded_sampling(host, model_dir) -> None:
     assert c[0].token_ids != a[0].token_ids
 
 
+def test_logprobs_come_back_as_numbers_without_their_tokens_text(host, model_dir) -> None:
+    """The guard reads each chosen token's logprob as a number; vLLM's decoding of every
+    logprob's token to text is skipped for vidlora's requests (engine_patch.patches.logprob_text),
+    while the answer itself is detokenized as before."""
+    from workers.engine_outputs import external_id
+
+    rid = external_id(host.submit(make_request("logprob-text", [], SCENARIOS[0], model_dir, timestamps=[])))
+    finished: list = []
+    for _ in range(10 * MAX_TOKENS):
+        finished += [o for o in host.step() if o.request_id == rid]
+        if finished:
+            break
+    assert finished, "the request never finished"
+    out = finished[0].outputs[0]
+    assert out.text and len(out.logprobs) == len(out.token_ids) > 0
+    assert all(lp.decoded_token is None for pos in out.logprobs for lp in pos.values())
+    assert all(math.isfinite(pos[tok].logprob) for pos, tok in zip(out.logprobs, out.token_ids))
+
+
 @pytest.mark.engine
 def test_bad_request_fails_alone(host, alone, frames, model_dir, tmp_path) -> None:
     batch = [make_request("missing", [str(tmp_path / "nope.jpg")], None, model_dir,
