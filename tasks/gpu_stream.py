@@ -53,14 +53,20 @@ EXIT_ENGINE_REPLACED = 75
 class StreamRunner:
     def __init__(self, host: Any, settings: Settings, worker_name: str, tokens_per_request: int, *,
                  flush_s: float = 2.0) -> None:
-        from vidlora.admission import concurrency
+        from vidlora.admission import backlog, concurrency
         from workers.engine_stream import EngineStream
 
         self.host, self.settings, self.worker_name = host, settings, worker_name
-        # How many analyses fit at once: the engine's sequence cap, bounded by its KV cache for
-        # the scenarios' request shape (gpu_worker sizes it from their sampling policies).
-        self.capacity = concurrency(settings.max_num_seqs, host.kv_tokens(), tokens_per_request,
-                                    settings.stream_max_in_flight)
+        # How many analyses the engine runs at once: its sequence cap, bounded by the KV and
+        # GDN-state blocks one analysis of the scenarios' shape holds (read from the engine;
+        # gpu_worker sizes the shape from their sampling policies). Admitting more only queues
+        # them inside vLLM, where no other worker can take them.
+        memory = host.engine_memory()
+        self.capacity = concurrency(settings.max_num_seqs, memory, tokens_per_request, settings.stream_max_in_flight)
+        self.memory = memory.as_dict(tokens_per_request) if memory is not None else None
+        self.backlog = backlog(self.capacity, settings.batch_max_requests)
+        log.info("engine capacity: %d analyses at once (max_num_seqs %d; cache %s); claims up to %d more",
+                 self.capacity, settings.max_num_seqs, self.memory or "not readable", self.backlog)
         self.stream = EngineStream(host, self._store, capacity=self.capacity, fair_wait_s=settings.stream_fair_wait_s,
                                    deadline_s=settings.gpu_batch_deadline_s)
         # As many results as the engine holds requests: past that (the database away) the
@@ -84,8 +90,7 @@ class StreamRunner:
         from celery.exceptions import Reject
 
 
-        backlog = int(self.settings.batch_max_requests)
-        while not self.stream.wait_for_room(len(analysis_ids), timeout=1.0, backlog=backlog):
+        while not self.stream.wait_for_room(len(analysis_ids), timeout=1.0, backlog=self.backlog):
             if self._stopping:
                 break
         if self._stopping:
@@ -200,8 +205,12 @@ class StreamRunner:
         """What the heartbeat publishes: analyses in flight (total and per adapter), waiting,
         admission wait and tokens/s."""
         s = self.stream.stats
+        load = self.host.engine_load()
         return {"mode": "stream", "capacity": self.capacity, "held": self.stream.held(),
                 "in_flight": self.stream.in_flight_by_adapter(), "storing": self.writer.pending(),
+                # vLLM's own split of what was admitted: in its running batch, or queued inside
+                # it (admission sized right keeps the second at 0; null where not readable)
+                "engine_running": load[0] if load else None, "engine_waiting": load[1] if load else None,
                 "admitted": s.admitted, "delivered": s.delivered,
                 "mean_admission_wait_s": round(s.admission_wait_s / s.admitted, 3) if s.admitted else None,
                 "tokens_per_s": round(self.tokens_per_s, 1)}

@@ -66,13 +66,69 @@ def admit(waiting: Sequence[Waiting], running: Mapping[str | None, int], residen
     return sorted(chosen, key=lambda w: first_seen[w.adapter])
 
 
-def concurrency(max_num_seqs: int, kv_tokens: int | None, tokens_per_request: int, limit: int = 0) -> int:
-    """How many requests the engine can hold at once: its sequence cap (one GDN state slot each),
-    bounded by the KV cache for the request shape; ``limit`` > 0 caps it further."""
+@dataclass(frozen=True)
+class CacheGroup:
+    """Layers of the engine that take cache blocks together (one of vLLM's KV-cache groups)."""
+    kind: str          # "attention": blocks grow with the tokens; "state": a GDN/Mamba recurrent state
+    block_tokens: int  # tokens one block covers (a state group's is max_model_len: one block a request)
+    layers: int
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """The engine's cache as vLLM laid it out (``workers.engine_host.EngineHost.engine_memory``).
+
+    On a hybrid model every group draws its blocks from one pool, and a block id is one page
+    in each layer of a group: a request of T tokens holds ceil(T / block_tokens) blocks of each
+    attention group and one block of each state group (its recurrent state) for as long as it
+    runs. On the 27B (48 GDN layers in three state groups, 16 attention layers) the state is
+    three of the five to eight blocks a video request holds: counting tokens alone admits
+    four times what the engine can run (issue 45)."""
+    num_blocks: int
+    block_bytes: int
+    groups: tuple[CacheGroup, ...]
+    max_num_seqs: int
+
+    def blocks_per_request(self, tokens: int) -> int:
+        return sum(-(-max(1, int(tokens)) // g.block_tokens) for g in self.groups)
+
+    def bytes_per_request(self, tokens: int) -> dict[str, int]:
+        """The cache bytes one request of ``tokens`` holds, by group kind."""
+        out: dict[str, int] = {}
+        for g in self.groups:
+            out[g.kind] = out.get(g.kind, 0) + -(-max(1, int(tokens)) // g.block_tokens) * self.block_bytes
+        return out
+
+    def requests(self, tokens: int) -> int:
+        """How many requests of ``tokens`` the engine runs at once: its sequence cap, bounded by
+        the blocks they hold at their longest (vLLM's block pool keeps one null block)."""
+        fit = (self.num_blocks - 1) // max(1, self.blocks_per_request(tokens))
+        return max(1, min(int(self.max_num_seqs), fit))
+
+    def as_dict(self, tokens: int) -> dict[str, object]:
+        """What the worker logs and publishes about its capacity."""
+        return {"num_blocks": self.num_blocks, "block_bytes": self.block_bytes,
+                "groups": [f"{g.kind}:{g.layers}x{g.block_tokens}" for g in self.groups],
+                "tokens_per_request": int(tokens), "blocks_per_request": self.blocks_per_request(tokens),
+                "bytes_per_request": self.bytes_per_request(tokens), "requests": self.requests(tokens)}
+
+
+def concurrency(max_num_seqs: int, memory: EngineMemory | None, tokens_per_request: int, limit: int = 0) -> int:
+    """How many requests the stream keeps in the engine: as many as the engine runs at once for
+    the request shape (its cache, read from the engine: ``EngineMemory.requests``), else its
+    sequence cap; ``limit`` > 0 caps it further."""
     n = max(1, int(max_num_seqs))
-    if kv_tokens and tokens_per_request > 0:
-        n = min(n, max(1, int(kv_tokens) // int(tokens_per_request)))
+    if memory is not None and tokens_per_request > 0:
+        n = min(n, memory.requests(tokens_per_request))
     return min(n, limit) if limit > 0 else n
+
+
+def backlog(capacity: int, message_size: int) -> int:
+    """Analyses a streaming worker claims beyond what its engine runs: a tenth of the engine
+    (so a finished request is replaced at once), at most one dispatch message. The rest stay
+    in the broker, claimable by other workers, instead of waiting on this one with their
+    deadlines running."""
+    return max(1, min(int(message_size), -(-int(capacity) // 10)))
 
 
 def request_tokens(sampling: Mapping[str, object], max_tokens: int) -> int:

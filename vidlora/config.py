@@ -94,6 +94,18 @@ class Settings(BaseSettings):
     # engine host uses 1 GiB.
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
+    # Weights in FP8 (vLLM's online quantization of a bf16 checkpoint): half the weight memory,
+    # so the cache left holds ~3x the sequences on an 80 GB card with a 27B model
+    # (bench/results/fit_80gb.md). A checkpoint published in FP8 (its config.json carries a
+    # quantization_config, e.g. Qwen3.6-27B-FP8) is FP8 without this. Adapters stay bf16 and
+    # are verified against the bf16 base (docs/deploy.md, "An 80 GB card").
+    quantization: Literal["", "fp8"] = ""
+    # The attention layers' KV cache in FP8 ("fp8": about half the cache per token of attention).
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    # The Gated-DeltaNet recurrent state (vLLM's mamba_ssm_cache_dtype): "auto" takes the
+    # checkpoint's own choice (Qwen3.5's config may ask for float32); the state is most of what
+    # one running analysis holds, so its dtype sets the batch.
+    gdn_state_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     # The grammar engine that enforces scenarios' output schemas. Structured answers are
     # generated compact (no whitespace between JSON tokens): a model may otherwise spend its
     # whole max_tokens on grammar-legal blanks inside an unfinished answer.
@@ -103,8 +115,9 @@ class Settings(BaseSettings):
     # has room, each result stored as it finishes. "batch": one task runs one closed engine
     # batch and waits for its slowest request (the engine drains between batches).
     gpu_worker_mode: Literal["stream", "batch"] = "stream"
-    # Analyses in flight on one engine: 0 derives it (max_num_seqs, bounded by the KV cache for
-    # the scenarios' request shape: vidlora.admission.concurrency); > 0 caps it.
+    # Analyses in flight on one engine: 0 derives it (max_num_seqs, bounded by the KV and
+    # GDN-state blocks one analysis of the scenarios' shape holds, read from the engine:
+    # vidlora.admission.concurrency); > 0 caps it.
     stream_max_in_flight: int = 0
     # An adapter whose oldest analysis has waited this long for a slot goes next, and nothing
     # newer overtakes it (vidlora.admission.admit).

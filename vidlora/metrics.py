@@ -52,6 +52,11 @@ ENGINE_MEMORY = Gauge("vidlora_engine_memory_bytes", "Memory held by the GPU wor
 
 STREAM_IN_FLIGHT = Gauge("vidlora_stream_in_flight", "Analyses in flight on a GPU worker's engine, by adapter",
                          ["adapter"], multiprocess_mode="max")
+STREAM_ENGINE_RUNNING = Gauge("vidlora_stream_engine_running", "Analyses in vLLM's running batch on a GPU worker",
+                              multiprocess_mode="max")
+STREAM_ENGINE_WAITING = Gauge("vidlora_stream_engine_waiting",
+                              "Analyses admitted to a GPU worker's engine that vLLM keeps waiting (its cache is full)",
+                              multiprocess_mode="max")
 STREAM_HELD = Gauge("vidlora_stream_held", "Analyses a streaming GPU worker holds (waiting, in flight, judged)",
                     multiprocess_mode="max")
 STREAM_ADMISSION_WAIT = Gauge("vidlora_stream_admission_wait_seconds",
@@ -67,6 +72,8 @@ def record_stream(status: dict) -> None:
     for adapter, n in (status.get("in_flight") or {}).items():
         STREAM_IN_FLIGHT.labels(adapter).set(n)
     STREAM_HELD.set(status.get("held") or 0)
+    STREAM_ENGINE_RUNNING.set(status.get("engine_running") or 0)
+    STREAM_ENGINE_WAITING.set(status.get("engine_waiting") or 0)
     STREAM_ADMISSION_WAIT.set(status.get("mean_admission_wait_s") or 0.0)
     STREAM_TOKENS.set(status.get("tokens_per_s") or 0.0)
 

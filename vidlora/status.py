@@ -203,8 +203,12 @@ def stream_words(stream: dict | None) -> str:
     per = ", ".join(f"{a} {n}" for a, n in sorted(in_flight.items()))
     waiting = max(0, int(stream.get("held") or 0) - total)
     wait = stream.get("mean_admission_wait_s")
-    parts = [f"{total} in flight of {stream.get('capacity', '?')}" + (f" ({per})" if per else ""),
-             f"{waiting} more waiting" if waiting else "nothing waiting",
+    parts = [f"{total} in flight of {stream.get('capacity', '?')}" + (f" ({per})" if per else "")]
+    if stream.get("engine_waiting"):
+        # Admitted, but vLLM holds them back (its cache is full): they wait with deadlines running.
+        parts.append(f"{stream.get('engine_running') or 0} running in the engine, "
+                     f"{stream['engine_waiting']} queued inside it")
+    parts += [f"{waiting} more waiting" if waiting else "nothing waiting",
              f"admitted after {wait:.1f} s on average" if wait is not None else "nothing admitted yet",
              f"{stream.get('tokens_per_s') or 0:,.0f} output tokens/s"]
     if stream.get("storing"):

@@ -64,6 +64,7 @@ from engine_patch.probes import canary, check_adapters
 from engine_patch.registration import Registration, registry_for
 from engine_patch.startup_checks import StartupCheckError, StartupReport, run_checks
 from engine_patch.guard import EngineReplaceRequired, Guard, Health, check_output
+from vidlora.admission import EngineMemory
 from vidlora.config import Settings
 from vidlora.engine_io import (
     AnalysisOutput,
@@ -84,6 +85,7 @@ from workers.engine_env import (
     platform_is_cpu,
     shutdown,
 )
+from workers.engine_memory import engine_load, engine_memory, in_process_core
 from workers.engine_outputs import external_id, finish_output, input_errors, to_output
 
 log = logging.getLogger(__name__)
@@ -156,6 +158,12 @@ class EngineHost:
             kwargs["enable_lora"] = False
         if s.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = int(s.max_num_batched_tokens)
+        if s.quantization:
+            kwargs["quantization"] = s.quantization
+        if s.kv_cache_dtype != "auto":
+            kwargs["kv_cache_dtype"] = s.kv_cache_dtype
+        if s.gdn_state_dtype != "auto":
+            kwargs["mamba_ssm_cache_dtype"] = s.gdn_state_dtype
         if s.served_model_name:
             kwargs["served_model_name"] = s.served_model_name
         if s.kv_cache_memory_bytes:
@@ -442,7 +450,7 @@ class EngineHost:
     def _in_process_core(self) -> Any:
         """vLLM's engine core when it runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
         None when it runs in another process (or no engine is built)."""
-        return getattr(getattr(getattr(self.llm, "llm_engine", None), "engine_core", None), "engine_core", None)
+        return in_process_core(self.llm)
 
     def _sync_mirror(self) -> None:
         state = self.vllm_lora_state()
@@ -564,13 +572,14 @@ class EngineHost:
         with self._lock:
             self.llm.llm_engine.abort_request(list(engine_ids), internal=True)
 
-    def kv_tokens(self) -> int | None:
-        """Tokens the engine's KV cache holds, where the engine runs in this process."""
-        try:
-            cache = self.llm.llm_engine.vllm_config.cache_config
-            return int(cache.num_gpu_blocks) * int(cache.block_size) if cache.num_gpu_blocks else None
-        except (AttributeError, TypeError):
-            return None
+    def engine_memory(self) -> EngineMemory | None:
+        """The engine's cache layout (KV and GDN-state blocks), read from vLLM: what admission
+        sizes the running batch from (``vidlora.admission.EngineMemory``)."""
+        return engine_memory(self.llm) if self.llm is not None else None
+
+    def engine_load(self) -> tuple[int, int] | None:
+        """(running, waiting) inside vLLM's scheduler, where the engine runs in this process."""
+        return engine_load(self.llm)
 
     # -- the guard's view of this engine (engine_patch.guard.GuardedEngine) ------------------
 

@@ -3,8 +3,8 @@ over the moment its request finishes.
 
 A closed batch waits for its slowest request and lets the engine drain before the next one;
 decode at 16 sequences is latency-bound (on the H200 the same engine does 3.5x more with 256 in
-flight). ``EngineStream`` instead admits work whenever the engine has room, up to a concurrency
-derived from the engine's sequence cap and KV cache (``vidlora.admission.concurrency``), with
+flight). ``EngineStream`` instead admits work whenever the engine has room, up to what the
+engine runs at once (its sequence cap and cache layout: ``vidlora.admission.concurrency``), with
 the adapter-aware policy of ``vidlora.admission.admit`` (at most ``max_loras`` adapters in
 flight, running ones refilled first, nobody starves).
 
@@ -106,9 +106,11 @@ class EngineStream:
 
     def wait_for_room(self, n: int, timeout: float, backlog: int) -> bool:
         """Block until ``n`` more requests fit beside a backlog of ``backlog`` waiting ones (so
-        the engine always has work to admit when a request finishes); False on timeout."""
+        the engine always has work to admit when a request finishes); False on timeout. An
+        empty stream takes any message, one larger than its room included."""
         with self._cv:
-            return self._cv.wait_for(lambda: self._count() + n <= self.capacity + backlog, timeout)
+            return self._cv.wait_for(lambda: self._count() == 0 or self._count() + n <= self.capacity + backlog,
+                                     timeout)
 
     def wake(self) -> None:
         """Wake whoever waits for room or work (a stop is under way)."""

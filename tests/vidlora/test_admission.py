@@ -3,7 +3,7 @@ refilled first, a free slot to the resident or the oldest adapter, nobody starve
 is admitted is grouped by adapter."""
 from __future__ import annotations
 
-from vidlora.admission import Waiting, admit, concurrency
+from vidlora.admission import CacheGroup, EngineMemory, Waiting, admit, backlog, concurrency
 
 
 def w(key: str, adapter: str | None, since: float) -> Waiting:
@@ -59,9 +59,45 @@ def test_admitted_requests_are_grouped_by_adapter():
     assert [c.adapter for c in chosen] == [None, "a", "a", "b", "b"]  # base first, as EngineHost submits
 
 
-def test_concurrency_follows_the_kv_cache_for_the_request_shape():
-    assert concurrency(256, kv_tokens=1_000_000, tokens_per_request=2_128) == 256
-    assert concurrency(256, kv_tokens=100_000, tokens_per_request=2_128) == 46
-    assert concurrency(256, kv_tokens=None, tokens_per_request=600) == 256
-    assert concurrency(256, kv_tokens=1_000_000, tokens_per_request=600, limit=64) == 64
-    assert concurrency(16, kv_tokens=10, tokens_per_request=600) == 1
+# The 27B (Qwen3.5: 48 GDN layers in three groups of 16, 16 attention layers) as vLLM 0.33 laid
+# out its cache on an 80 GB H100 with bf16 weights: 7.98 GiB, one block id = one 1.6 MB page in
+# 16 layers; an attention block covers 400 tokens, a state block is one request's GDN state.
+H100_BF16_27B = EngineMemory(
+    num_blocks=327, block_bytes=16 * 1_638_400,
+    groups=(CacheGroup("state", 16384, 16),) * 3 + (CacheGroup("attention", 400, 16),),
+    max_num_seqs=256)
+
+
+def test_a_request_holds_one_state_block_per_gdn_group_and_attention_blocks_by_length():
+    assert H100_BF16_27B.blocks_per_request(1) == 4
+    assert H100_BF16_27B.blocks_per_request(800) == 5
+    assert H100_BF16_27B.blocks_per_request(801) == 6
+    per = H100_BF16_27B.bytes_per_request(800)
+    assert per == {"state": 3 * 26_214_400, "attention": 2 * 26_214_400}
+
+
+def test_the_engine_runs_what_its_blocks_hold_not_what_its_tokens_suggest():
+    # The video request of the shipped scenarios (~800 engine tokens): vLLM ran ~64 a step on
+    # this card. Dividing the pool's tokens (327 x 400) by the request's tokens said 163.
+    assert H100_BF16_27B.requests(800) == 65
+    assert concurrency(256, H100_BF16_27B, tokens_per_request=800) == 65
+    assert 327 * 400 // 800 == 163
+
+
+def test_the_sequence_cap_and_the_operator_limit_bound_the_capacity():
+    roomy = EngineMemory(num_blocks=100_000, block_bytes=1, groups=H100_BF16_27B.groups, max_num_seqs=256)
+    assert concurrency(256, roomy, tokens_per_request=800) == 256
+    assert concurrency(128, roomy, tokens_per_request=800) == 128
+    assert concurrency(256, roomy, tokens_per_request=800, limit=64) == 64
+
+
+def test_without_a_readable_layout_the_sequence_cap_stands_and_an_engine_always_takes_one():
+    assert concurrency(256, None, tokens_per_request=600) == 256
+    tiny = EngineMemory(num_blocks=3, block_bytes=1, groups=H100_BF16_27B.groups, max_num_seqs=16)
+    assert concurrency(16, tiny, tokens_per_request=600) == 1
+
+
+def test_a_worker_claims_a_tenth_of_its_engine_beyond_it_at_most_one_message():
+    assert backlog(65, message_size=16) == 7
+    assert backlog(256, message_size=16) == 16
+    assert backlog(1, message_size=16) == 1
