@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vidlora.config import PROJECT_ROOT, Settings
+from vidlora.engine_fit import engine_fit
 from vidlora.lifecycle import AdapterStatus, WorkerStatus
 
 
@@ -96,6 +97,9 @@ def _workers_and_adapters(settings: Settings) -> list[Check]:
                 checks.append(Check(f"canary {w.name}", canary.get("ok", True) is not False,
                                     str(canary.get("detail") or canary or "not run yet")[:200],
                                     "see the worker log; restart the worker to rebuild its engine"))
+                fit = engine_fit(w.stream)
+                if fit is not None:
+                    checks.append(Check(f"batch {w.name}", fit.ok, fit.detail, fit.fix))
             # A worker that refused to start is stopped, not alive: its reason is on its row.
             for w in session.scalars(select(Worker).where(Worker.status == WorkerStatus.STOPPED)).all():
                 canary = w.last_canary or {}

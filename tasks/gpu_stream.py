@@ -64,6 +64,8 @@ class StreamRunner:
         memory = host.engine_memory()
         self.capacity = concurrency(settings.max_num_seqs, memory, tokens_per_request, settings.stream_max_in_flight)
         self.memory = memory.as_dict(tokens_per_request) if memory is not None else None
+        if self.memory is not None:
+            self.memory.update(weights=host.weights_format(), max_num_seqs=int(settings.max_num_seqs))
         self.backlog = backlog(self.capacity, settings.batch_max_requests)
         log.info("engine capacity: %d analyses at once (max_num_seqs %d; cache %s); claims up to %d more",
                  self.capacity, settings.max_num_seqs, self.memory or "not readable", self.backlog)
@@ -211,6 +213,7 @@ class StreamRunner:
                 # vLLM's own split of what was admitted: in its running batch, or queued inside
                 # it (admission sized right keeps the second at 0; null where not readable)
                 "engine_running": load[0] if load else None, "engine_waiting": load[1] if load else None,
+                "memory": self.memory,
                 "admitted": s.admitted, "delivered": s.delivered,
                 "mean_admission_wait_s": round(s.admission_wait_s / s.admitted, 3) if s.admitted else None,
                 "tokens_per_s": round(self.tokens_per_s, 1)}

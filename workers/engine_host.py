@@ -85,7 +85,7 @@ from workers.engine_env import (
     platform_is_cpu,
     shutdown,
 )
-from workers.engine_memory import engine_load, engine_memory, in_process_core
+from workers.engine_memory import engine_load, engine_memory, in_process_core, weights_format
 from workers.engine_outputs import external_id, finish_output, input_errors, to_output
 
 log = logging.getLogger(__name__)
@@ -576,6 +576,10 @@ class EngineHost:
         """The engine's cache layout (KV and GDN-state blocks), read from vLLM: what admission
         sizes the running batch from (``vidlora.admission.EngineMemory``)."""
         return engine_memory(self.llm) if self.llm is not None else None
+
+    def weights_format(self) -> str:
+        """"fp8" (online or published so), else the weights' dtype."""
+        return weights_format(self.llm)
 
     def engine_load(self) -> tuple[int, int] | None:
         """(running, waiting) inside vLLM's scheduler, where the engine runs in this process."""

@@ -71,3 +71,13 @@ def _runner_layout(worker: Any) -> dict[str, Any] | None:
     runner = getattr(worker, "model_runner", None)
     config = getattr(runner, "kv_cache_config", None)
     return describe(config) if config is not None else None
+
+
+def weights_format(llm: Any) -> str:
+    """How the engine holds the model's weights: its quantization ("fp8": online, or as the
+    checkpoint was published), else its dtype ("bfloat16")."""
+    try:
+        model_config = llm.llm_engine.vllm_config.model_config
+        return str(model_config.quantization or str(model_config.dtype).replace("torch.", ""))
+    except AttributeError:
+        return "unknown"

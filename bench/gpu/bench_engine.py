@@ -145,7 +145,9 @@ class Bench:
 
         def sampling_params(req):
             sp = self._orig_sp(req)
-            sp.ignore_eos = True
+            # A schema's grammar ends the answer itself (as in the worker); the answers of a
+            # dummy-weight model under it run long (random strings) in every phase alike.
+            sp.ignore_eos = req.output_schema is None
             return sp
 
         eh.sampling_params = sampling_params
@@ -154,7 +156,8 @@ class Bench:
             model=str(self.assets / "model"), max_loras=a.max_loras, max_cpu_loras=a.max_cpu_loras,
             max_lora_rank=a.max_lora_rank, max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
             gpu_memory_utilization=a.gpu_mem, enforce_eager=a.eager, served_model_name="",
-            kv_cache_memory_bytes=a.kv_bytes or None, adapter_root=str(self.assets / "adapters"))
+            kv_cache_memory_bytes=a.kv_bytes or None, adapter_root=str(self.assets / "adapters"),
+            quantization=a.quantization, kv_cache_dtype=a.kv_cache_dtype, gdn_state_dtype=a.gdn_state_dtype)
         self.host = BenchHost(settings)
         self.results["engine_kwargs"] = self.host.engine_kwargs()
         t0 = time.perf_counter()
@@ -164,6 +167,10 @@ class Bench:
         self.tok = self.host.tokenizer
         self.results["engine_patch_status"] = self.host.patch_status
         self.results["memory"] = self.memory_facts()
+        layout = self.host.engine_memory()
+        self.results["cache_layout"] = None if layout is None else {
+            "num_blocks": layout.num_blocks, "block_bytes": layout.block_bytes,
+            "groups": [f"{g.kind}:{g.layers}x{g.block_tokens}" for g in layout.groups]}
         if hasattr(self.host, "last_canary"):
             self.results["start_canary"] = self.host.last_canary()
         self.save()
@@ -356,6 +363,9 @@ class Bench:
         offering = threading.Thread(target=stream.offer, args=(reqs,), name="offering")
         offering.start()
         peak = 0
+        # Per engine step while the stream still has work to offer it: what the stream had
+        # admitted, and what vLLM ran and kept waiting (issue 45: admitted must be what runs).
+        load: list[tuple[int, int, int]] = []
         try:
             while len(stats) < len(reqs):
                 if not stream.held():
@@ -372,6 +382,9 @@ class Bench:
                 if trace is not None:
                     trace.step_done(time.perf_counter() - s0)
                 peak = max(peak, len(stream._running))
+                engine = self.host.engine_load()
+                if engine is not None and stream._waiting:
+                    load.append((len(stream._running), engine[0], engine[1]))
                 if prof is not None:
                     prof_left -= 1
                     if prof_left <= 0:
@@ -396,7 +409,12 @@ class Bench:
                 window["steps_profiled"] = profile_steps - prof_left
         _sync(torch)
         row = self._row(stats, time.perf_counter() - t0, 1)
-        row.update(capacity=capacity, peak_in_flight=peak, errors=len(errors), first_error=(errors or [None])[0],
+        if load:
+            row.update(admitted_in_flight=round(statistics.mean(x[0] for x in load), 1),
+                       engine_running_mean=round(statistics.mean(x[1] for x in load), 1),
+                       engine_waiting_mean=round(statistics.mean(x[2] for x in load), 1),
+                       steady_steps=len(load))
+        row.update(capacity=capacity, tokens_per_request=getattr(self, "tokens_per_request", None), peak_in_flight=peak, errors=len(errors), first_error=(errors or [None])[0],
                    guard_settled=stream.stats.settled,
                    mean_admission_wait_s=round(stream.stats.admission_wait_s / max(1, stream.stats.admitted), 3))
         if trace is not None:
@@ -485,8 +503,8 @@ class Bench:
         elif name in ("stream_nolora", "stream_one", "stream_mixed3", "streamprof_one", "streamprof_nolora"):
             ads = {"nolora": [None], "one": ["a00"], "mixed3": A3}[name.split("_", 1)[1]]
             prof = a.profile_steps if name.startswith("streamprof") else 0
-            row = self._with_mfu(self.run_stream(self.requests(n, ads, full_name),
-                                                 a.stream_capacity or a.max_num_seqs, profile_steps=prof,
+            reqs = self.requests(n, ads, full_name)
+            row = self._with_mfu(self.run_stream(reqs, self.stream_capacity(reqs), profile_steps=prof,
                                                  profile_tag=name))
         elif name in ("all_nolora", "all_one", "all_mixed3"):  # bare llm.generate, everything at once
             ads = {"all_nolora": [None], "all_one": ["a00"], "all_mixed3": A3}[name]
@@ -559,8 +577,33 @@ class Bench:
                     request_key=key, prompt=spec.prompt, system=spec.system, frames=fr["files"],
                     timestamps=fr["timestamps"], adapter_name=ad,
                     adapter_path=str(self.assets / "adapters" / ad) if ad else None,
-                    max_tokens=out_len or self.args.video_out_len, temperature=1.0, top_p=1.0, seed=None))
+                    max_tokens=out_len or self.args.video_out_len, temperature=1.0, top_p=1.0, seed=None,
+                    # As the worker sends them (tasks.analysis_rows.build_request): the
+                    # scenario's schema and repetition penalty; sampled, not greedy (dummy weights).
+                    repetition_penalty=float((spec.generation or {}).get("repetition_penalty", 1.0)),
+                    output_schema=spec.output_schema if self.args.schemas else None))
         return reqs, clips
+
+    def stream_capacity(self, reqs: list) -> int:
+        """--stream-capacity, or (0) what the worker admits: ``StreamRunner``'s capacity model
+        over the engine's cache layout, for these requests' mean engine tokens at their longest."""
+        if self.args.stream_capacity:
+            return self.args.stream_capacity
+        from vidlora.admission import concurrency
+
+        self.tokens_per_request = round(statistics.mean(self.engine_tokens(r) for r in reqs))
+        return concurrency(self.args.max_num_seqs, self.host.engine_memory(), self.tokens_per_request)
+
+    def engine_tokens(self, req) -> int:
+        """A request's engine tokens at its longest: its prompt as vLLM renders it (frames
+        expanded) plus its answer's budget."""
+        dims = self.video_dims.get(req.request_key)
+        if dims is None:
+            return self.args.prompt_len + req.max_tokens
+        from vidlora.engine_batches import PROMPT_OVERHEAD_TOKENS, TEMPORAL_PATCH, TOKEN_PIXELS
+
+        frames, w, h = dims
+        return -(-frames // TEMPORAL_PATCH) * (w * h // TOKEN_PIXELS) + PROMPT_OVERHEAD_TOKENS + req.max_tokens
 
     def videos(self, adapters: bool, tag: str) -> dict[str, Any]:
         """Clips x shipped scenarios through the dispatcher's grouping and EngineHost.generate,
@@ -582,7 +625,7 @@ class Bench:
         reqs, clips = self.video_requests(adapters, tag)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         if stream:
-            row = self.run_stream(reqs, self.args.stream_capacity or self.args.max_num_seqs)
+            row = self.run_stream(reqs, self.stream_capacity(reqs))
         else:
             row = self.run_bare([reqs])
         return self._with_mfu(self._video_row(row, reqs, clips, cpu0, resource.getrusage(resource.RUSAGE_SELF)))
@@ -784,7 +827,7 @@ def main() -> int:
     p.add_argument("--batch-max-requests", type=int, default=16)
     p.add_argument("--batch-max-tokens", type=int, default=65536)
     p.add_argument("--stream-capacity", type=int, default=0, help="stream_* phases: analyses in flight "
-                   "(default: --max-num-seqs)")
+                   "(default 0: what the worker admits, from the engine's cache layout)")
     p.add_argument("--profile-steps", type=int, default=40, help="streamprof_* phases: engine steps "
                    "under torch.profiler, from the step the engine is full")
     p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
@@ -792,6 +835,12 @@ def main() -> int:
     p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")
     p.add_argument("--video-out-len", type=int, default=256,
                    help="tokens every video analysis decodes (ignore_eos)")
+    p.add_argument("--quantization", default="", choices=["", "fp8"], help="VIDLORA_QUANTIZATION")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"], help="VIDLORA_KV_CACHE_DTYPE")
+    p.add_argument("--gdn-state-dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="VIDLORA_GDN_STATE_DTYPE")
+    p.add_argument("--no-schemas", dest="schemas", action="store_false",
+                   help="video phases: leave the scenarios' output schemas out (the worker sends them)")
     p.add_argument("--llm-kwargs", default="")
     p.add_argument("--deadline", default="", help="epoch seconds; phases that would start "
                    "later than deadline - min_phase_s are skipped")

@@ -24,6 +24,7 @@
 #                   checks (verify 16k-32k, check d, forced rebuild, MoE); builds the 27B assets
 #          streamvideos issue 35: the shipped scenarios with video inputs (synthetic frames at their sampling
 #                   size), the streaming loop at 256 in flight vs bare llm.generate, no LoRA and adapters
+#          fit80    issue 45: the 27B on an 80 GB card with the worker's admission (FIT_ARGS: FP8 etc.)
 #          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
 #                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
 #          cpufeed  issue 35: CPU-s per 20 s 1080p clip on this host (no GPU), this tree vs fc3e6c8, 8 at once
@@ -332,6 +333,18 @@ case $STAGE in
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     bench streamvideos on 0 warmup,videos_warm,all_videos_nolora,stream_videos,all_videos,stream_videos_nolora $D \
       "--max-num-seqs 256 --stream-capacity 256 --videos $SCRATCH/synth/manifest.json --video-clips $N"
+    ;;
+  fit80)  # issue 45: the 27B at full depth on an 80 GB card, the shipped scenarios' video requests with
+          # their schemas, the worker's admission (--stream-capacity 0: the engine's cache layout), one
+          # engine: no LoRA then 3 adapters streamed, then bare llm.generate. FIT_LABEL names the row
+          # group; FIT_ARGS: the engine's settings (--quantization fp8, --kv-cache-dtype fp8, ...)
+    D=$SCRATCH/vl27v
+    [ -f $D/assets.json ] || { log "assets27v"; python3 -m bench.gpu.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
+    N=${SV_CLIPS:-128}
+    [ -f $SCRATCH/synth/manifest.json ] || python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips $((4 * N + 2)) > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
+    GPUKW=${FIT_GPUKW:-'{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'}
+    bench fit80_${FIT_LABEL:-fp8} on 0 ${FIT_PHASES:-warmup,videos_warm,stream_videos_nolora,stream_videos,all_videos_nolora} $D \
+      "--max-num-seqs 256 --stream-capacity 0 --videos $SCRATCH/synth/manifest.json --video-clips $N ${FIT_ARGS:-}"
     ;;
   cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
             # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.

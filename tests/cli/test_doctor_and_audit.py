@@ -120,3 +120,32 @@ def test_doctor_runs_the_workers_registration_on_each_adapter(database, tmp_path
     finally:
         with session_scope() as session:
             session.scalar(select(Scenario).where(Scenario.name == "tomb_structure")).adapter_path = path
+
+
+def test_doctor_says_when_the_cache_not_max_num_seqs_sets_the_batch_and_what_fits(database):
+    """A GPU worker publishes what its engine runs at once and why (its cache layout, read from
+    vLLM); doctor names a bf16 27B on an 80 GB card as cache-bound and says to serve FP8."""
+    from vidlora.admission import CacheGroup, EngineMemory
+    from vidlora.models import Worker
+    from workers import registry
+
+    groups = (CacheGroup("state", 16384, 16),) * 3 + (CacheGroup("attention", 400, 16),)
+
+    def published(blocks: int, weights: str) -> dict:
+        memory = EngineMemory(num_blocks=blocks, block_bytes=16 * 1_638_400, groups=groups, max_num_seqs=256)
+        return {"mode": "stream", "capacity": memory.requests(800),
+                "memory": {**memory.as_dict(800), "weights": weights, "max_num_seqs": 256}}
+
+    registry.upsert("fit-bf16", "gpu.fit-bf16", status="ready", stream=published(327, "bfloat16"))
+    registry.upsert("fit-fp8", "gpu.fit-fp8", status="ready", stream=published(1000, "fp8"))
+    try:
+        # The rows beat once: a heartbeat period that outlasts the checks before them.
+        checks = {c.name: c for c in run_checks(get_settings().model_copy(update={"heartbeat_s": 600}))}
+        bf16, fp8 = checks["batch fit-bf16"], checks["batch fit-fp8"]
+        assert not bf16.ok and bf16.detail.startswith("runs 65 analyses at once of the 256"), bf16.detail
+        assert "79 MB GDN state" in bf16.detail and "VIDLORA_QUANTIZATION=fp8" in bf16.fix
+        assert fp8.ok and fp8.detail.startswith("runs 199 analyses at once"), fp8.detail
+    finally:
+        with session_scope() as session:
+            for w in session.scalars(select(Worker).where(Worker.name.in_(["fit-bf16", "fit-fp8"]))):
+                session.delete(w)
