@@ -231,7 +231,7 @@ JOIN_GAP_S = 10.0
 
 def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
                      container: str = "", declared_s: float | None = None, no_reorder: bool = False,
-                     packets: list[Packet] | None = None) -> FrameTable:
+                     packets: list[Packet] | None = None, reorder_delay: int = 0) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
@@ -239,6 +239,13 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     with ffprobe and reading each frame's best-effort timestamp: slower, but still exact.
     In MPEG-TS/PS a timestamp jump back (or forward by more than ``JOIN_GAP_S``) at a keyframe
     starts a new segment (see ``FrameTable``).
+
+    AVI with B-frames (XviD/DivX, MPEG-4 ASP; ``reorder_delay``: the stream's ``has_b_frames``)
+    stores frames in decode order, one per dts slot, and gives only the B-frames a pts (their
+    dts). The decoder shows frame k at the dts of the packet it was fed when k came out, which
+    is ``reorder_delay`` slots later: so the frames' times are the dts shifted by that many
+    frames, and a keyframe (nothing decoded after it is shown before it) sits at its own dts
+    plus the shift. Taking pts = dts there put every sampled frame one frame early.
 
     A partial file (a transport stream that ends part-way through a packet, or packets that
     fall short of the ``declared_s`` span the header declares) is decoded from its last keyframe
@@ -259,8 +266,13 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     # says the delay is 0). Otherwise every frame is decoded to learn its time (slow, exact).
     delays = {p - d for p, d, _, _, _ in parsed if p is not None and d is not None}
     fill = delays.pop() if len(delays) == 1 else (0 if not delays and no_reorder else None)
+    avi_shift = reorder_delay * default_duration if container == "avi" and reorder_delay > 0 \
+        and default_duration > 0 and any(p is None for p, *_ in parsed) \
+        and all(d is not None for _, d, *_ in parsed) else None
     for pts, dts, dur, pos, flags in parsed:
-        if pts is None and dts is not None and fill is not None:
+        if avi_shift is not None:
+            pts = dts + avi_shift
+        elif pts is None and dts is not None and fill is not None:
             pts = dts + fill
         if pts is None:
             missing += 1
