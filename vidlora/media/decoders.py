@@ -69,6 +69,13 @@ SEQUENTIAL_ONLY = frozenset({
 DECORD_SAFE = {("mp4", "h264"), ("mov", "h264")}
 
 
+# Codecs whose I-frames may open a GOP that the previous one's pictures complete (the
+# pictures shown before the I-frame reference it and the GOP before). A VP9/AV1 keyframe
+# resets the decoder: an error at one is damage, and decoding it again from further back
+# would only let the demuxer's complaint about a damaged cluster go unheard.
+OPEN_GOP_CODECS = frozenset({"h264", "hevc", "mpeg2video", "vc1"})
+
+
 class Mismatch(Exception):
     """The backend's view of the frames disagrees with the demuxer's frame table."""
 
@@ -217,7 +224,8 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
                     # The decoder refused a packet on the way to this pick: damaged data. The next
                     # pick starts from its own keyframe.
                     frames, last_pts, lost = None, None, True
-                if (dirty or lost) and sought and not back and at_key > 0 and first_dirty is not False:
+                if (dirty or lost) and sought and not back and at_key > 0 and first_dirty is not False \
+                        and stream.codec_context.name in OPEN_GOP_CODECS:
                     frames, last_pts = None, None
                     continue
                 break
