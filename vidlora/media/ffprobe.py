@@ -16,10 +16,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import threading
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 
 def find_tool(name: str) -> str:
@@ -106,6 +110,29 @@ def run_tool(args: list[str], timeout: float) -> str:
     return proc.stdout
 
 
+def stream_tool(args: list[str], timeout: float, take: Callable[[str], None]) -> None:
+    """``run_tool`` for output too large to hold: each line of stdout goes to ``take`` as it
+    comes. Raise ProbeError on failure or timeout (the child is killed at ``timeout``)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            for line in proc.stdout:
+                take(line)
+        finally:
+            proc.stdout.close()
+            rc = proc.wait()
+            fired = not timer.is_alive() and rc != 0
+            timer.cancel()
+        if fired:
+            raise ProbeError("timed out", timed_out=True)
+        if rc != 0:
+            err.seek(0)
+            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+            raise ProbeError(lines[-1] if lines else f"exit {rc}", stderr="\n".join(lines))
+
+
 def probe_header(path: Path, timeout: float) -> dict:
     """Container and stream headers (all streams) as ffprobe JSON."""
     out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)], timeout)
@@ -117,31 +144,93 @@ def probe_header(path: Path, timeout: float) -> dict:
 Packet = tuple
 
 
-def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, list[Packet] | None]:
+def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, "PacketColumns | None"]:
     """``probe_header`` and ``packet_rows`` from one ffprobe: one process start and one stream
     probe instead of two, about 0.1 of the 0.5 CPU-s a 20 s 1080p clip costs to sample
     (bench/results/cpu_feed.md). The header is what ``probe_header`` returns; the packets are
     those of the stream ``-select_streams v:0`` picks (the first video stream).
 
+    The packets are read as ffprobe writes them (compact JSON, one packet a line, before the
+    header) into columns of machine integers, never as one JSON document: a 6-hour 50 fps
+    transport stream has over two million packets (video and audio), and parsing them whole
+    took 1.75 GB and most of the probe's CPU seconds.
+
     Where that one read fails (a damaged stream beside the video, a file cut short) the header
     is read alone and the packets are None, for ``read_frame_table`` to read apart: each failure
     keeps the reason it has always had. A timeout is not tried again."""
+    columns: dict[int, PacketColumns] = {}
+    rest: list[str] = []
+    nested = False  # inside a packet's side data (MPEG-TS writes some on every packet)
+
+    def take(line: str) -> None:
+        nonlocal nested
+        if nested:
+            nested = not line.rstrip().endswith(("] },", "] }"))
+            return
+        m = _PACKET_LINE.match(line)
+        if m is None:
+            rest.append(line)
+            return
+        nested = m.group(8) is not None
+        idx = int(m.group(1))
+        col = columns.get(idx)
+        if col is None:
+            col = columns[idx] = PacketColumns()
+        col.add(m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7) or "")
+
     try:
-        out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
-                        "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json", str(path)], timeout)
+        stream_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
+                     "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json=c=1", str(path)],
+                    timeout, take)
     except ProbeError as exc:
         if exc.timed_out:
             raise
         return probe_header(path, timeout), None
-    head = json.loads(out or "{}")
-    packets = head.pop("packets", [])
+    head = json.loads("".join(rest) or "{}")
+    head.pop("packets", None)
     for st in head.get("streams", []):
         st.pop("nb_read_packets", None)  # what asking for packets adds to each stream
     first = next((st.get("index") for st in head.get("streams", []) if st.get("codec_type") == "video"), None)
-    keys = ("pts", "dts", "duration", "size", "pos")
-    rows = [tuple(_parse_int(str(p[k])) if k in p else None for k in keys) + (str(p.get("flags", "")),)
-            for p in packets if first is not None and p.get("stream_index") == first]
-    return head, rows
+    return head, columns.get(first, PacketColumns()) if first is not None else PacketColumns()
+
+
+# One packet line of ``-of json=c=1`` (fields in ffprobe's order; one the file does not carry is
+# left out): { "stream_index": 0, "pts": 0, "dts": -1024, "duration": 512, "size": "3505", "pos": "48", "flags": "K_" },
+# or, where side data follows on lines of its own, the same ending in "flags": "K_", (group 8).
+_PACKET_LINE = re.compile(r'\s*\{ "stream_index": (\d+)(?:, "pts": (-?\d+))?(?:, "dts": (-?\d+))?'
+                          r'(?:, "duration": (-?\d+))?(?:, "size": "(\d+)")?(?:, "pos": "(\d+)")?'
+                          r'(?:, "flags": "([^"]*)")?(?: \},?|(,))\s*$')
+_NONE = -(1 << 63)
+
+
+class PacketColumns:
+    """One stream's packets as columns of 64-bit integers (``_NONE``: the file does not carry
+    the field): about 50 bytes a packet where a tuple of Python ints took about 250.
+    Iterating gives ``Packet`` tuples, in file order."""
+
+    def __init__(self) -> None:
+        self._cols = [array("q") for _ in range(5)]
+        self._flags = bytearray()  # index into _FLAG_NAMES
+        self._names: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def add(self, *fields) -> None:
+        for col, v in zip(self._cols, fields[:5]):
+            col.append(_NONE if v is None else int(v))
+        flags = fields[5]
+        code = self._codes.get(flags)
+        if code is None:
+            code = self._codes[flags] = len(self._names)
+            self._names.append(flags)
+        self._flags.append(code)
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def __iter__(self):
+        names = self._names
+        for row in zip(*self._cols, self._flags):
+            yield tuple(None if v == _NONE else v for v in row[:5]) + (names[row[5]],)
 
 
 def packet_rows(path: Path, timeout: float) -> list[Packet]:
