@@ -341,24 +341,32 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     to the end, and the table stops at the last frame that decodes cleanly.
     """
     file_size = Path(path).stat().st_size
-    parsed: list[tuple] = []
+    source = packet_rows(path, timeout) if packets is None else packets
+
+    def kept():  # read twice (the packets' facts, then the rows): a long file's packets are many
+        for pts, dts, dur, size, pos, flags in source:
+            if pos is not None and size is not None and pos + size > file_size:
+                continue  # an index (MP4 moov at the front) lists data the file no longer holds
+            yield pts, dts, dur, pos, flags
+
     rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
-    for pts, dts, dur, size, pos, flags in (packet_rows(path, timeout) if packets is None else packets):
-        if pos is not None and size is not None and pos + size > file_size:
-            continue  # an index (MP4 moov at the front) lists data the file no longer holds
-        parsed.append((pts, dts, dur, pos, flags))
     # Packets without pts but with dts (H.264 in AVI; MPEG-PS where one PES holds two frames):
     # where frames are never reordered, pts is dts plus the stream's one constant delay, which
     # the packets that carry both show (none carry both in AVI: the header's has_b_frames = 0
     # says the delay is 0). Otherwise every frame is decoded to learn its time (slow, exact).
-    delays = {p - d for p, d, _, _, _ in parsed if p is not None and d is not None}
+    delays: set[int] = set()
+    some_pts_missing, all_dts = False, True
+    for p, d, _, _, _ in kept():
+        if p is not None and d is not None and len(delays) < 2:
+            delays.add(p - d)
+        some_pts_missing |= p is None
+        all_dts &= d is not None
     fill = delays.pop() if len(delays) == 1 else (0 if not delays and no_reorder else None)
     avi_shift = reorder_delay * default_duration if container == "avi" and reorder_delay > 0 \
-        and default_duration > 0 and any(p is None for p, *_ in parsed) \
-        and all(d is not None for _, d, *_ in parsed) else None
-    for pts, dts, dur, pos, flags in parsed:
+        and default_duration > 0 and some_pts_missing and all_dts else None
+    for pts, dts, dur, pos, flags in kept():
         if avi_shift is not None:
             pts = dts + avi_shift
         elif pts is None and dts is not None and fill is not None:
@@ -384,7 +392,8 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         rows = _decodable_rows(path, rows, container, time_base, timeout)
     runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
     if len(runs) == 1:
-        return _table([r[:3] for r in sorted(rows)], time_base, default_duration, [r[3] for r in sorted(rows)])
+        rows.sort()
+        return _table([r[:3] for r in rows], time_base, default_duration, [r[3] for r in rows])
     # Each segment continues where the previous one ended: offsets make pts unique, ascending.
     merged: list[tuple[int, bool, int | None]] = []
     positions: list[int] = []
