@@ -296,6 +296,85 @@ def footage_videos(cache_dir: Path) -> dict[str, Path]:
     return out
 
 
+# -- footage, second round (issue 49): open GOPs, AVI B-frames, honest partial notices -------
+
+ROUND2_S = 4  # every clip: 4 s (3 s of video in the audio cases), 176x144, 25 fps, frame-coded
+OPEN_GOP = ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-bf", "3",
+            "-x264-params", "open-gop=1:keyint=25:min-keyint=25:scenecut=0"]
+DECLARED_HOURS = 100
+
+
+def _round2_recipes() -> dict[str, tuple[str, list[list[str]]]]:
+    coded = _coded(176, 144, str(FOOTAGE_FPS), ROUND2_S)
+    short = _coded(176, 144, str(FOOTAGE_FPS), 3)
+    longer_audio = ["-f", "lavfi", "-i", "sine=f=440:d=5"]
+    # MPEG-4 ASP says no field order: testsrc, not testsrc2, so idet sees progressive (above)
+    asp = _coded(176, 144, str(FOOTAGE_FPS), ROUND2_S, source="testsrc")
+    return {
+        # Broadcast / AVCHD H.264 (open GOPs: B-frames shown before each I-frame reference the
+        # previous GOP) remuxed with -c copy, as users do with .MTS files.
+        "open_gop_mp4": (".mp4", [[*coded, *OPEN_GOP, "{out}"]]),
+        "open_gop_mkv": (".mkv", [[*coded, *OPEN_GOP, "{tmp}"], ["-i", "{tmp}", "-c", "copy", "{out}"]]),
+        # XviD (MPEG-4 ASP, two B-frames) in AVI with MP3, as DVD rips and old cameras made them;
+        # and H.264 with B-pyramids in AVI (decoder delay 2). AVI stores no pts for them.
+        "xvid_avi": (".avi", [["-f", "lavfi", "-i", f"sine=f=440:d={ROUND2_S}", *asp, "-map", "0:a",
+                               "-c:v", "mpeg4", "-vtag", "XVID", "-bf", "2", "-q:v", "4", "-g", "25",
+                               "-c:a", "libmp3lame", "{out}"]]),
+        "h264_bframes_avi": (".avi", [[*coded, *X264, "-bf", "3", "-g", "25", "{out}"]]),
+        # Complete files whose audio outlasts the pictures (MKV), or starts a second before
+        # them (WebM): Matroska keeps no per-stream duration, so the file's is the audio's.
+        "audio_longer_mkv": (".mkv", [[*longer_audio, *short, "-map", "0:a", *X264, "-c:a", "aac", "{out}"]]),
+        "audio_first_webm": (".webm", [["-f", "lavfi", "-i", "sine=f=440:d=4",
+                                        *_coded(176, 144, str(FOOTAGE_FPS), 3, ",setpts=PTS+1/TB"), "-map", "0:a",
+                                        "-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8",
+                                        "-g", "25", "-c:a", "libopus", "{out}"]]),
+        # An AVI whose header is rewritten to declare DECLARED_HOURS (round2_videos patches it).
+        "short_avi": (".avi", [[*_coded(176, 144, str(FOOTAGE_FPS), 3, source="testsrc"), "-c:v", "mpeg4", "-q:v", "4",
+                                "-g", "25", "{out}"]]),
+    }
+
+
+def _avi_declares(data: bytes, frames: int) -> bytes:
+    """The AVI with its main header's total frames and its video stream header's length set to
+    ``frames`` (a header that claims far more than the file holds)."""
+    out = bytearray(data)
+    strh = out.index(b"strh")
+    assert out[strh + 8:strh + 12] == b"vids"
+    out[strh + 40:strh + 44] = struct.pack("<I", frames)  # dwLength
+    avih = out.index(b"avih")
+    out[avih + 24:avih + 28] = struct.pack("<I", frames)  # dwTotalFrames
+    return bytes(out)
+
+
+def round2_videos(cache_dir: Path) -> dict[str, Path]:
+    """Generate (once): open_gop_mp4, open_gop_mkv, xvid_avi, h264_bframes_avi (4 s each),
+    audio_longer_mkv, audio_first_webm (3 s of video, complete), cut_avi (xvid_avi cut to its
+    first 55 %, index lost), declares_100h_avi (3 s of video, header declares 100 hours).
+    All 25 fps, frame-coded."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, Path] = {}
+    for name, (suffix, steps) in _round2_recipes().items():
+        path = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        made[name] = path
+
+    def derived(name: str, source: Path, change) -> Path:
+        path = cache_dir / f"{name}-{_digest(source.name)}{source.suffix}"
+        if not path.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_bytes(change(source.read_bytes()))
+            os.replace(tmp, path)
+        return path
+
+    out = {k: v for k, v in made.items() if k != "short_avi"}
+    out["cut_avi"] = derived("cut_avi", made["xvid_avi"], lambda d: d[: int(len(d) * 0.55) // 7 * 7 + 3])
+    out["declares_100h_avi"] = derived("declares_100h_avi", made["short_avi"],
+                                       lambda d: _avi_declares(d, DECLARED_HOURS * 3600 * FOOTAGE_FPS))
+    return out
+
+
 # -- damaged copies: bit flips in the coded data of each codec ----------------------------------
 
 DAMAGE_CODECS = {

@@ -103,3 +103,27 @@ def test_an_interlaced_partial_recording_is_analysed_and_says_so(database, broke
         assert video.truncated and video.declared_duration_s is None and 1.5 < video.duration_s < 2.5
         sets = session.scalars(select(FrameSet).where(FrameSet.video_id == cut)).all()
         assert sets and all(fs.status == "done" and fs.deinterlace is None for fs in sets)
+
+
+def test_open_gop_avi_b_frames_and_honest_partial_notices_through_prepare(database, broker, corpus_dir):
+    """Issue 49 through the task users' uploads take: an open-GOP MP4 (was refused as damaged),
+    XviD with B-frames in AVI (was a frame early), a complete MKV whose audio outlasts the
+    pictures (was flagged partial) and an AVI whose header declares 100 hours over 3 s (was
+    refused as too long) are all prepared; every stored frame is the frame its time names."""
+    from tests.support.corpus import FOOTAGE_FPS, read_frame_code, round2_videos
+
+    clips = round2_videos(corpus_dir / "footage2")
+    partial = {"open_gop_mp4": False, "xvid_avi": False, "audio_longer_mkv": False, "declares_100h_avi": True}
+    ids = {name: _register(clips[name], f"prepare-{name}") for name in partial}
+    for name, video_id in ids.items():
+        assert prepare_video(video_id) == 3, name
+    root = get_settings().media_root
+    with session_scope() as session:
+        for name, video_id in ids.items():
+            video = session.get(Video, video_id)
+            assert (video.status, video.reason, video.truncated) == ("ready", None, partial[name]), name
+            sets = session.scalars(select(FrameSet).where(FrameSet.video_id == video_id)).all()
+            assert len(sets) == 2 and all(fs.status == "done" and fs.decode_note is None for fs in sets), name
+            for fs in sets:
+                codes = [read_frame_code(root / f) for f in fs.files]
+                assert codes == [round(t * FOOTAGE_FPS) for t in fs.timestamps], (name, fs.timestamps)

@@ -69,6 +69,13 @@ SEQUENTIAL_ONLY = frozenset({
 DECORD_SAFE = {("mp4", "h264"), ("mov", "h264")}
 
 
+# Codecs whose I-frames may open a GOP that the previous one's pictures complete (the
+# pictures shown before the I-frame reference it and the GOP before). A VP9/AV1 keyframe
+# resets the decoder: an error at one is damage, and decoding it again from further back
+# would only let the demuxer's complaint about a damaged cluster go unheard.
+OPEN_GOP_CODECS = frozenset({"h264", "hevc", "mpeg2video", "vc1"})
+
+
 class Mismatch(Exception):
     """The backend's view of the frames disagrees with the demuxer's frame table."""
 
@@ -179,35 +186,49 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
         floor = table.pts[floor_index] if floor_index >= 0 else None
         for k, i in enumerate(picks):
             want = table.pts[i]
-            kf = table.pts[key_idx[max(0, bisect_right(key_idx, i) - 1)]]
-            # Seek (by the packet table's keyframe, so we never land after the target) unless
-            # decoding on from where we are is at least as cheap.
-            if frames is None or last_pts is None or kf > last_pts:
-                container.seek(kf, backward=True, any_frame=False, stream=stream)
-                frames = container.decode(stream)
-                last_pts, dirty, last_clean = None, False, None
-            got, lost = None, False
-            try:
-                for frame in frames:
-                    if frame.pts is None:
-                        raise Mismatch("PyAV frame without pts")
-                    last_pts = frame.pts
-                    bad = frame.is_corrupt or len(logs) > seen_logs
-                    seen_logs = len(logs)
-                    dirty = bad if frame.key_frame else (dirty or bad)
-                    if frame.pts == want:
-                        got = frame
-                        break
-                    if frame.pts > want:
-                        if dirty:  # the decoder dropped the target on damaged data
-                            raise av.error.InvalidDataError(0, "frame lost to damaged data")
-                        raise Mismatch(f"PyAV skipped pts {want} (next frame {frame.pts})")
-                    if not dirty:
-                        last_clean = (frame.pts, frame)
-            except av.error.InvalidDataError:
-                # The decoder refused a packet on the way to this pick: damaged data. The next
-                # pick starts from its own keyframe.
-                frames, last_pts, lost = None, None, True
+            at_key = max(0, bisect_right(key_idx, i) - 1)
+            # back = 1: an open GOP (broadcast, AVCHD remuxed to MP4/MKV). After a seek to its
+            # keyframe the decoder drops the pictures shown before it, which reference the
+            # previous GOP, and logs that ("mmco: unref short failure") before the keyframe
+            # comes out. Such a pick is decoded again from one keyframe earlier, where every
+            # reference exists: clean there means the file is clean, damage stays damage.
+            for back in (0, 1):
+                kf = table.pts[key_idx[max(0, at_key - back)]]
+                sought = bool(back) or frames is None or last_pts is None or kf > last_pts
+                # Seek (by the packet table's keyframe, so we never land after the target) unless
+                # decoding on from where we are is at least as cheap.
+                if sought:
+                    container.seek(kf, backward=True, any_frame=False, stream=stream)
+                    frames = container.decode(stream)
+                    last_pts, dirty, last_clean = None, False, None
+                got, lost, first_dirty = None, False, None
+                try:
+                    for frame in frames:
+                        if frame.pts is None:
+                            raise Mismatch("PyAV frame without pts")
+                        last_pts = frame.pts
+                        bad = frame.is_corrupt or len(logs) > seen_logs
+                        seen_logs = len(logs)
+                        first_dirty = bad if first_dirty is None else first_dirty
+                        dirty = bad if frame.key_frame else (dirty or bad)
+                        if frame.pts == want:
+                            got = frame
+                            break
+                        if frame.pts > want:
+                            if dirty:  # the decoder dropped the target on damaged data
+                                raise av.error.InvalidDataError(0, "frame lost to damaged data")
+                            raise Mismatch(f"PyAV skipped pts {want} (next frame {frame.pts})")
+                        if not dirty:
+                            last_clean = (frame.pts, frame)
+                except av.error.InvalidDataError:
+                    # The decoder refused a packet on the way to this pick: damaged data. The next
+                    # pick starts from its own keyframe.
+                    frames, last_pts, lost = None, None, True
+                if (dirty or lost) and sought and not back and at_key > 0 and first_dirty is not False \
+                        and stream.codec_context.name in OPEN_GOP_CODECS:
+                    frames, last_pts = None, None
+                    continue
+                break
             if got is None and not lost:
                 raise Mismatch(f"PyAV ended before pts {want}")
             if dirty or lost:  # the nearest clean frame of this segment, or none

@@ -16,10 +16,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import threading
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 
 def find_tool(name: str) -> str:
@@ -106,6 +110,29 @@ def run_tool(args: list[str], timeout: float) -> str:
     return proc.stdout
 
 
+def stream_tool(args: list[str], timeout: float, take: Callable[[str], None]) -> None:
+    """``run_tool`` for output too large to hold: each line of stdout goes to ``take`` as it
+    comes. Raise ProbeError on failure or timeout (the child is killed at ``timeout``)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            for line in proc.stdout:
+                take(line)
+        finally:
+            proc.stdout.close()
+            rc = proc.wait()
+            fired = not timer.is_alive() and rc != 0
+            timer.cancel()
+        if fired:
+            raise ProbeError("timed out", timed_out=True)
+        if rc != 0:
+            err.seek(0)
+            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+            raise ProbeError(lines[-1] if lines else f"exit {rc}", stderr="\n".join(lines))
+
+
 def probe_header(path: Path, timeout: float) -> dict:
     """Container and stream headers (all streams) as ffprobe JSON."""
     out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)], timeout)
@@ -117,31 +144,93 @@ def probe_header(path: Path, timeout: float) -> dict:
 Packet = tuple
 
 
-def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, list[Packet] | None]:
+def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, "PacketColumns | None"]:
     """``probe_header`` and ``packet_rows`` from one ffprobe: one process start and one stream
     probe instead of two, about 0.1 of the 0.5 CPU-s a 20 s 1080p clip costs to sample
     (bench/results/cpu_feed.md). The header is what ``probe_header`` returns; the packets are
     those of the stream ``-select_streams v:0`` picks (the first video stream).
 
+    The packets are read as ffprobe writes them (compact JSON, one packet a line, before the
+    header) into columns of machine integers, never as one JSON document: a 6-hour 50 fps
+    transport stream has over two million packets (video and audio), and parsing them whole
+    took 1.75 GB and most of the probe's CPU seconds.
+
     Where that one read fails (a damaged stream beside the video, a file cut short) the header
     is read alone and the packets are None, for ``read_frame_table`` to read apart: each failure
     keeps the reason it has always had. A timeout is not tried again."""
+    columns: dict[int, PacketColumns] = {}
+    rest: list[str] = []
+    nested = False  # inside a packet's side data (MPEG-TS writes some on every packet)
+
+    def take(line: str) -> None:
+        nonlocal nested
+        if nested:
+            nested = not line.rstrip().endswith(("] },", "] }"))
+            return
+        m = _PACKET_LINE.match(line)
+        if m is None:
+            rest.append(line)
+            return
+        nested = m.group(8) is not None
+        idx = int(m.group(1))
+        col = columns.get(idx)
+        if col is None:
+            col = columns[idx] = PacketColumns()
+        col.add(m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7) or "")
+
     try:
-        out = run_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
-                        "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json", str(path)], timeout)
+        stream_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
+                     "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json=c=1", str(path)],
+                    timeout, take)
     except ProbeError as exc:
         if exc.timed_out:
             raise
         return probe_header(path, timeout), None
-    head = json.loads(out or "{}")
-    packets = head.pop("packets", [])
+    head = json.loads("".join(rest) or "{}")
+    head.pop("packets", None)
     for st in head.get("streams", []):
         st.pop("nb_read_packets", None)  # what asking for packets adds to each stream
     first = next((st.get("index") for st in head.get("streams", []) if st.get("codec_type") == "video"), None)
-    keys = ("pts", "dts", "duration", "size", "pos")
-    rows = [tuple(_parse_int(str(p[k])) if k in p else None for k in keys) + (str(p.get("flags", "")),)
-            for p in packets if first is not None and p.get("stream_index") == first]
-    return head, rows
+    return head, columns.get(first, PacketColumns()) if first is not None else PacketColumns()
+
+
+# One packet line of ``-of json=c=1`` (fields in ffprobe's order; one the file does not carry is
+# left out): { "stream_index": 0, "pts": 0, "dts": -1024, "duration": 512, "size": "3505", "pos": "48", "flags": "K_" },
+# or, where side data follows on lines of its own, the same ending in "flags": "K_", (group 8).
+_PACKET_LINE = re.compile(r'\s*\{ "stream_index": (\d+)(?:, "pts": (-?\d+))?(?:, "dts": (-?\d+))?'
+                          r'(?:, "duration": (-?\d+))?(?:, "size": "(\d+)")?(?:, "pos": "(\d+)")?'
+                          r'(?:, "flags": "([^"]*)")?(?: \},?|(,))\s*$')
+_NONE = -(1 << 63)
+
+
+class PacketColumns:
+    """One stream's packets as columns of 64-bit integers (``_NONE``: the file does not carry
+    the field): about 50 bytes a packet where a tuple of Python ints took about 250.
+    Iterating gives ``Packet`` tuples, in file order."""
+
+    def __init__(self) -> None:
+        self._cols = [array("q") for _ in range(5)]
+        self._flags = bytearray()  # index into _FLAG_NAMES
+        self._names: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def add(self, *fields) -> None:
+        for col, v in zip(self._cols, fields[:5]):
+            col.append(_NONE if v is None else int(v))
+        flags = fields[5]
+        code = self._codes.get(flags)
+        if code is None:
+            code = self._codes[flags] = len(self._names)
+            self._names.append(flags)
+        self._flags.append(code)
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def __iter__(self):
+        names = self._names
+        for row in zip(*self._cols, self._flags):
+            yield tuple(None if v == _NONE else v for v in row[:5]) + (names[row[5]],)
 
 
 def packet_rows(path: Path, timeout: float) -> list[Packet]:
@@ -231,7 +320,7 @@ JOIN_GAP_S = 10.0
 
 def read_frame_table(path: Path, time_base: Fraction, default_duration: int, timeout: float,
                      container: str = "", declared_s: float | None = None, no_reorder: bool = False,
-                     packets: list[Packet] | None = None) -> FrameTable:
+                     packets: list[Packet] | None = None, reorder_delay: int = 0) -> FrameTable:
     """Frame table of the first video stream from its packets (demux only).
 
     Packets flagged discard (``D``: pre-roll cut by an edit list) are not shown frames. Where a
@@ -240,27 +329,47 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     In MPEG-TS/PS a timestamp jump back (or forward by more than ``JOIN_GAP_S``) at a keyframe
     starts a new segment (see ``FrameTable``).
 
+    AVI with B-frames (XviD/DivX, MPEG-4 ASP; ``reorder_delay``: the stream's ``has_b_frames``)
+    stores frames in decode order, one per dts slot, and gives only the B-frames a pts (their
+    dts). The decoder shows frame k at the dts of the packet it was fed when k came out, which
+    is ``reorder_delay`` slots later: so the frames' times are the dts shifted by that many
+    frames, and a keyframe (nothing decoded after it is shown before it) sits at its own dts
+    plus the shift. Taking pts = dts there put every sampled frame one frame early.
+
     A partial file (a transport stream that ends part-way through a packet, or packets that
     fall short of the ``declared_s`` span the header declares) is decoded from its last keyframe
     to the end, and the table stops at the last frame that decodes cleanly.
     """
     file_size = Path(path).stat().st_size
-    parsed: list[tuple] = []
+    source = packet_rows(path, timeout) if packets is None else packets
+
+    def kept():  # read twice (the packets' facts, then the rows): a long file's packets are many
+        for pts, dts, dur, size, pos, flags in source:
+            if pos is not None and size is not None and pos + size > file_size:
+                continue  # an index (MP4 moov at the front) lists data the file no longer holds
+            yield pts, dts, dur, pos, flags
+
     rows = []  # (pts, key, duration, pos, dts), in file order
     missing = 0
     discarded_key = False  # an edit list hides a keyframe the first shown frames decode from
-    for pts, dts, dur, size, pos, flags in (packet_rows(path, timeout) if packets is None else packets):
-        if pos is not None and size is not None and pos + size > file_size:
-            continue  # an index (MP4 moov at the front) lists data the file no longer holds
-        parsed.append((pts, dts, dur, pos, flags))
     # Packets without pts but with dts (H.264 in AVI; MPEG-PS where one PES holds two frames):
     # where frames are never reordered, pts is dts plus the stream's one constant delay, which
     # the packets that carry both show (none carry both in AVI: the header's has_b_frames = 0
     # says the delay is 0). Otherwise every frame is decoded to learn its time (slow, exact).
-    delays = {p - d for p, d, _, _, _ in parsed if p is not None and d is not None}
+    delays: set[int] = set()
+    some_pts_missing, all_dts = False, True
+    for p, d, _, _, _ in kept():
+        if p is not None and d is not None and len(delays) < 2:
+            delays.add(p - d)
+        some_pts_missing |= p is None
+        all_dts &= d is not None
     fill = delays.pop() if len(delays) == 1 else (0 if not delays and no_reorder else None)
-    for pts, dts, dur, pos, flags in parsed:
-        if pts is None and dts is not None and fill is not None:
+    avi_shift = reorder_delay * default_duration if container == "avi" and reorder_delay > 0 \
+        and default_duration > 0 and some_pts_missing and all_dts else None
+    for pts, dts, dur, pos, flags in kept():
+        if avi_shift is not None:
+            pts = dts + avi_shift
+        elif pts is None and dts is not None and fill is not None:
             pts = dts + fill
         if pts is None:
             missing += 1
@@ -283,7 +392,8 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         rows = _decodable_rows(path, rows, container, time_base, timeout)
     runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
     if len(runs) == 1:
-        return _table([r[:3] for r in sorted(rows)], time_base, default_duration, [r[3] for r in sorted(rows)])
+        rows.sort()
+        return _table([r[:3] for r in rows], time_base, default_duration, [r[3] for r in rows])
     # Each segment continues where the previous one ended: offsets make pts unique, ascending.
     merged: list[tuple[int, bool, int | None]] = []
     positions: list[int] = []

@@ -173,7 +173,7 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
     log.info("sampling %s failed: %s", path.name, plain_words("; ".join(errors), path, 600))
     if timed_out:
         raise BadVideo(reasons.DECODER_TIMED_OUT, detail="; ".join(errors))
-    raise BadVideo(reasons.DECODING_FAILED, detail=plain_words("; ".join(errors), path, 600))
+    raise BadVideo(reasons.decoding_failed(info.codec), detail=plain_words("; ".join(errors), path, 600))
 
 
 def _delivered(pts: list[int] | None, picks: list[int], table: FrameTable,
@@ -207,7 +207,8 @@ def frame_table(path: Path, info: ProbeInfo, s: Settings) -> FrameTable:
         tb = Fraction(st.get("time_base", "1/1000"))
         return read_frame_table(path, tb, int(round(1 / (info.fps * tb))) if info.fps else 0, s.decode_timeout_s,
                                 info.container, info.declared_duration_s,
-                                no_reorder=str(st.get("has_b_frames", "")) == "0", packets=packets)
+                                no_reorder=str(st.get("has_b_frames", "")) == "0", packets=packets,
+                                reorder_delay=int(st.get("has_b_frames") or 0))
     except (ProbeError, StopIteration) as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if getattr(exc, "timed_out", False)
                        else reasons.PACKETS_UNREADABLE) from None

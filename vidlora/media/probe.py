@@ -144,16 +144,16 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     if max(stored_w, stored_h) > MAX_ASPECT * min(stored_w, stored_h):
         raise BadVideo(reasons.absurd_aspect(stored_w, stored_h, MAX_ASPECT))
 
-    declared = _float(st.get("duration")) or _float(fmt.get("duration")) or 0.0
-    if declared > s.max_duration_s:
-        raise BadVideo(_too_long(declared, s))
-
     time_base = Fraction(st.get("time_base", "1/1000"))
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
+    # The length limit is applied to what the packets hold (below), not to this: a header that
+    # declares 100 hours over 3 s of video is a partial or mislabelled file, not a long one.
+    declared = _declared_span(st, fmt, streams, _container(fmt_name, path), fps)
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
         table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None,
-                                 no_reorder=_int(st.get("has_b_frames")) == 0, packets=packets)
+                                 no_reorder=_int(st.get("has_b_frames")) == 0, packets=packets,
+                                 reorder_delay=_int(st.get("has_b_frames")) or 0)
     except ProbeError as exc:
         raise BadVideo(reasons.PROBE_TIMED_OUT if exc.timed_out else reasons.PACKETS_UNREADABLE) from None
     if not table.pts:
@@ -210,6 +210,43 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         truncated=truncated,
     )
     return info, table
+
+
+def _declared_span(st: dict, fmt: dict, streams: list[dict], container: str, fps: float) -> float:
+    """The video stream's own span as the header declares it (0.0: it declares none).
+
+    Per stream, never the file's: the file's duration is its longest stream's, and audio that
+    outlasts the pictures (or starts before them) is no missing video.
+
+    - AVI: the header's frame count at the header's rate. ffprobe's duration there is an
+      estimate from the data present, so a cut AVI looked complete.
+    - Matroska/WebM keep no per-stream duration field; the muxer's ``DURATION`` tag is the
+      stream's end time, so its span is that tag less the stream's start.
+    - Elsewhere the stream's duration (MP4/MOV index), else the file's where the video is the
+      file's only stream.
+    """
+    frames = _int(st.get("nb_frames"))
+    if container == "avi" and frames and fps:
+        return frames / fps
+    own = _float(st.get("duration"))
+    if own:
+        return own
+    tags = {str(k).lower(): v for k, v in (st.get("tags") or {}).items()}
+    end = _clock(tags.get("duration"))
+    if end:
+        return max(0.0, end - (_float(st.get("start_time")) or 0.0))
+    if len(streams) == 1:
+        return _float(fmt.get("duration")) or 0.0
+    return 0.0
+
+
+def _clock(s) -> float | None:
+    """"01:02:03.5" (Matroska's DURATION tag) as seconds."""
+    try:
+        h, m, sec = str(s).split(":")
+        return int(h) * 3600 + int(m) * 60 + float(sec)
+    except (TypeError, ValueError):
+        return None
 
 
 def _first_picture_in_server(path: Path, timeout: float) -> bool:

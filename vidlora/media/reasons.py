@@ -43,8 +43,24 @@ def unsupported_fourcc(fourcc: str) -> str:
     return f"unsupported codec (fourcc {fourcc}): no decoder here reads it. {REENCODE}"
 
 
+# Codecs every decoder here reads: "re-encode it to H.264" would tell the owner of an H.264
+# file to turn it into what it already is. Such a file that yields no picture is damaged.
+DECODABLE = frozenset({"h264", "hevc", "mpeg4", "mpeg2video", "mpeg1video", "vp8", "vp9", "av1", "mjpeg",
+                       "prores", "dnxhd", "dvvideo", "theora", "h263", "msmpeg4v3", "wmv3", "vc1"})
+# Advice for a file already in the codec REENCODE names.
+REENCODE_SAME = "Re-encode it from the original recording and upload it again."
+
+
 def undecodable(codec: str) -> str:
+    if codec in DECODABLE:
+        return (f"undecodable video ({codec}): the codec is supported, but no picture of this file decodes, "
+                "so its data is damaged. Upload an undamaged copy.")
     return f"unsupported codec or undecodable video ({codec}): no picture decodes. {REENCODE}"
+
+
+def decoding_failed(codec: str) -> str:
+    """``DECODING_FAILED``, without advice to re-encode H.264 to H.264."""
+    return DECODING_FAILED if codec != "h264" else DECODING_FAILED.replace(REENCODE, REENCODE_SAME)
 
 
 def declared_but_unreadable(frames: int | None, seconds: float | None) -> str:

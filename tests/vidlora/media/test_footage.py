@@ -1,6 +1,8 @@
 """Camcorder, broadcast and DVD footage (issue 31): long MPEG-TS, interlaced H.264 in .MTS and
 MPEG-2 in .VOB, DV and MJPEG in AVI, two recordings joined with ``cat``, MKV with negative
-timestamps, files cut short.
+timestamps, files cut short. Second round (issue 49): open-GOP H.264 remuxed to MP4 and MKV,
+XviD and H.264 with B-frames in AVI, MKV/WebM whose audio outlasts or precedes the pictures, a
+cut AVI, an AVI whose header declares 100 hours over 3 s of pictures.
 
 Every sampled JPEG is checked three ways: its timestamp is the frame at or before its target,
 its frame-code strip names that frame, and its picture matches an independent reference
@@ -19,7 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.corpus import FOOTAGE_FPS, LONG_TS_FPS, LONG_TS_S, footage_videos, read_frame_code
+from tests.support.corpus import (
+    DECLARED_HOURS, FOOTAGE_FPS, LONG_TS_FPS, LONG_TS_S, footage_videos, read_frame_code, round2_videos,
+)
 from vidlora.config import Settings
 from vidlora.media import decoders
 from vidlora.media.frames import _delivered, sample_video
@@ -34,7 +38,7 @@ WOVEN = {"avchd_mts", "dvd_vob", "dv_avi"}
 
 @pytest.fixture(scope="module")
 def footage(corpus_dir):
-    return footage_videos(corpus_dir / "footage")
+    return {**footage_videos(corpus_dir / "footage"), **round2_videos(corpus_dir / "footage2")}
 
 
 def reference_frames(path: Path, size: tuple[int, int], deinterlace: bool) -> np.ndarray:
@@ -72,6 +76,17 @@ EXPECTED = {  # name: (container, interlaced, truncated, fps, frames)
     "negative_mkv": ("matroska", False, False, FOOTAGE_FPS, 100),
     "truncated_mp4": ("mp4", False, True, FOOTAGE_FPS, None),
     "truncated_ts": ("mpegts", False, True, FOOTAGE_FPS, None),
+    # issue 49: open GOPs were refused as damaged (the decoder's complaint about the pictures
+    # before a sought I-frame counted against it), B-frame AVI came out one frame early, the
+    # audio cases were flagged partial, the cut AVI was not, the 100-hour header was refused.
+    "open_gop_mp4": ("mp4", False, False, FOOTAGE_FPS, 100),
+    "open_gop_mkv": ("matroska", False, False, FOOTAGE_FPS, 100),
+    "xvid_avi": ("avi", False, False, FOOTAGE_FPS, 100),
+    "h264_bframes_avi": ("avi", False, False, FOOTAGE_FPS, 100),
+    "audio_longer_mkv": ("matroska", False, False, FOOTAGE_FPS, 75),
+    "audio_first_webm": ("webm", False, False, FOOTAGE_FPS, 75),
+    "cut_avi": ("avi", False, True, FOOTAGE_FPS, None),
+    "declares_100h_avi": ("avi", False, True, FOOTAGE_FPS, 75),
 }
 
 
@@ -154,6 +169,20 @@ def test_partial_files_say_how_much_is_missing(footage):
     ts = probe(footage["truncated_ts"])
     assert ts.truncated and ts.declared_duration_s is None and 1.5 < ts.duration_s < 2.5
     assert not probe(footage["joined_ts"]).truncated
+
+
+def test_partial_means_video_missing_by_what_the_video_stream_declares(footage):
+    """The declared span is the video stream's own: the audio's longer span in a complete MKV
+    or WebM is not missing video; a cut AVI is judged by its header's frame count (ffprobe's
+    duration there is an estimate from what is left); a header's 100 hours over 3 s of
+    pictures is a partial file of 3 s, not one too long to take."""
+    for name in ("audio_longer_mkv", "audio_first_webm"):
+        info = probe(footage[name])
+        assert info.declared_duration_s == pytest.approx(3.0, abs=0.05) and not info.truncated, (name, info)
+    cut = probe(footage["cut_avi"])
+    assert cut.truncated and cut.declared_duration_s == pytest.approx(4.0) and cut.duration_s < 0.7 * 4.0, cut
+    big = probe(footage["declares_100h_avi"])
+    assert big.truncated and big.declared_duration_s == DECLARED_HOURS * 3600 and big.duration_s == 3.0, big
 
 
 def test_a_long_recording_is_sought_not_decoded_through(footage, monkeypatch):

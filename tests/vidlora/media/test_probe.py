@@ -97,13 +97,12 @@ def test_the_probe_decides_every_corpus_video_as_its_separate_tool_runs_did(good
             return exc.reason
 
     merged = {name: outcome(path) for name, path in videos.items()}
-    real, forced = ffprobe.run_tool, []
+    forced = []
 
-    def one_read_fails(args, timeout):
-        if any(a.startswith("packet=stream_index") for a in args):
-            forced.append(args[-1])
-            raise ffprobe.ProbeError("forced: read the header and the packets apart")
-        return real(args, timeout)
+    def one_read_fails(args, timeout, take):
+        assert any(a.startswith("packet=stream_index") for a in args)
+        forced.append(args[-1])
+        raise ffprobe.ProbeError("forced: read the header and the packets apart")
 
     in_server = []
 
@@ -111,7 +110,7 @@ def test_the_probe_decides_every_corpus_video_as_its_separate_tool_runs_did(good
         in_server.append(path)
         return False
 
-    monkeypatch.setattr(ffprobe, "run_tool", one_read_fails)
+    monkeypatch.setattr(ffprobe, "stream_tool", one_read_fails)
     monkeypatch.setattr(importlib.import_module("vidlora.media.probe"), "_first_picture_in_server", no_server)
     apart = {name: outcome(path) for name, path in videos.items()}
     assert len(forced) >= 35 and len(in_server) >= 30 and sum(isinstance(o, tuple) for o in merged.values()) >= 30

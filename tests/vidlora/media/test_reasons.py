@@ -75,3 +75,21 @@ def test_the_damage_count_is_the_same_on_every_run(corpus_dir, tmp_path):
     assert said[0] == said[1], said
     assert said[0] == "accepted" or (said[0].startswith("damaged video: ") and sentences_ok(said[0])), said
 
+
+
+def test_an_h264_file_is_never_told_to_become_h264(good, tmp_path):
+    """An H.264 MP4 whose pictures are gone (its media data zeroed, its index intact) is called
+    damaged, not "unsupported codec ... re-encode it to H.264"; the same holds for the
+    sampling failure's sentence."""
+    data = bytearray(good["h264_mp4"].read_bytes())
+    start, end = data.index(b"mdat") + 4, data.index(b"moov") - 4
+    assert start < end  # ffmpeg writes the index after the media data
+    data[start:end] = bytes(end - start)
+    blank = tmp_path / "blank.mp4"
+    blank.write_bytes(bytes(data))
+    with pytest.raises(BadVideo) as exc:
+        probe(blank)
+    said = exc.value.reason
+    assert said.startswith("undecodable video (h264): ") and "H.264" not in said and sentences_ok(said), said
+    assert "H.264" not in reasons.decoding_failed("h264") and sentences_ok(reasons.decoding_failed("h264"))
+    assert reasons.undecodable("vlrx").startswith("unsupported codec or undecodable video (vlrx)")
