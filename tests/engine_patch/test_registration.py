@@ -57,3 +57,34 @@ def test_clean_reason_drops_paths_and_terminal_codes(tmp_path):
     place = tmp_path / "a"
     text = f"\x1b[31mError\x1b[0m in {place}{os.sep}adapter_model.bin and {place}\x07"
     assert clean_reason(text, place) == "Error in adapter_model.bin and the adapter directory"
+
+
+def test_an_fp8_base_in_qwens_published_layout_serves_and_refuses_what_the_bf16_base_does(model, full, tmp_path):
+    """Qwen's FP8 checkpoints keep the modules' names and shapes (weights in float8 with block
+    scales beside them): every adapter gets the verdict, and the prepared adapter the digest,
+    it gets on the bf16 base. A DoRA adapter is refused on both, for the same reason."""
+    import json
+
+    from safetensors import safe_open
+
+    from tests.support.fp8_checkpoint import write_fp8_checkpoint
+
+    fp8 = write_fp8_checkpoint(model / "base", tmp_path / "fp8" / "base")
+    with safe_open(str(fp8 / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert "float8" in str(f.get_tensor("model.language_model.layers.3.mlp.down_proj.weight").dtype)
+    assert "model.language_model.layers.3.mlp.down_proj.weight_scale_inv" in keys
+    assert "model.language_model.layers.0.linear_attn.in_proj_a.weight_scale_inv" not in keys
+
+    dora = tmp_path / "dora"
+    shutil.copytree(full, dora)
+    cfg = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
+    adapters = [full, *sorted(p for p in (model / "adapters").iterdir() if p.is_dir()), dora]
+    bf16_reg = AdapterRegistry(model / "base", 16, tmp_path / "prepared-bf16")
+    fp8_reg = AdapterRegistry(fp8, 16, tmp_path / "prepared-fp8")
+    for a in adapters:
+        on_bf16, on_fp8 = bf16_reg.register(a.name, a), fp8_reg.register(a.name, a)
+        assert (on_fp8.ok, on_fp8.reason, on_fp8.digest) == (on_bf16.ok, on_bf16.reason, on_bf16.digest), a.name
+    assert not fp8_reg.register("dora", dora).ok and "DoRA" in fp8_reg.register("dora", dora).reason
+    assert sum(fp8_reg.register(a.name, a).ok for a in adapters) == len(adapters) - 1
