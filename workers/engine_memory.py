@@ -4,8 +4,8 @@ Admission (``vidlora.admission``) decides from plain values; this module is wher
 from. vLLM lays out its cache at start-up from the memory the weights leave: KV blocks for the
 attention layers and, on a Gated-DeltaNet hybrid, one recurrent-state block per request in each
 GDN group, all from one pool. The layout lives in the engine core (``kv_cache_config``): read
-in this process when the engine runs here (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, how the
-worker runs it), else from the model runner over vLLM's ``collective_rpc``.
+there when the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, how the
+worker runs it), else rebuilt from what the engine's client knows (``layout_from_config``).
 """
 from __future__ import annotations
 
@@ -22,10 +22,8 @@ def engine_memory(llm: Any) -> EngineMemory | None:
     core = in_process_core(llm)
     config = getattr(getattr(core, "scheduler", None), "kv_cache_config", None)
     try:
-        if config is not None:
-            layout = describe(config)
-        else:
-            layout = llm.collective_rpc(_runner_layout)[0]
+        vllm_config = llm.llm_engine.vllm_config
+        layout = describe(config) if config is not None else layout_from_config(vllm_config)
         if not layout:
             return None
         return EngineMemory(num_blocks=int(layout["num_blocks"]), block_bytes=int(layout["block_bytes"]),
@@ -66,11 +64,27 @@ def describe(config: Any) -> dict[str, Any]:
     return {"num_blocks": int(config.num_blocks), "block_bytes": per_block, "groups": groups}
 
 
-def _runner_layout(worker: Any) -> dict[str, Any] | None:
-    """Run in vLLM's worker process (``collective_rpc``): its model runner's layout."""
-    runner = getattr(worker, "model_runner", None)
-    config = getattr(runner, "kv_cache_config", None)
-    return describe(config) if config is not None else None
+def layout_from_config(vllm_config: Any) -> dict[str, Any] | None:
+    """The layout as vLLM groups it, from what the engine's client knows when the engine core
+    runs in another process: the pool's size (sent back at start-up), the attention block size
+    it settled on, and the model's layer types. vLLM gives every group as many layers as the
+    rarer kind has (the 27B: 16 attention layers, so 48 GDN layers make three groups), and a
+    state group one block of max_model_len tokens a request."""
+    cache, model = vllm_config.cache_config, vllm_config.model_config
+    types = list(getattr(model.hf_text_config, "layer_types", None) or [])
+    if not cache.num_gpu_blocks or not types or getattr(cache, "enable_prefix_caching", False):
+        return None  # a plain transformer, or a state cache whose blocks vary (prefix caching)
+    attention = sum(t == "full_attention" for t in types)
+    state = sum(t == "linear_attention" for t in types)
+    if attention + state != len(types) or not attention or not state:
+        return None
+    per_group = min(attention, state)
+    groups = ([{"kind": "attention", "block_tokens": int(cache.block_size), "layers": per_group}] * -(-attention // per_group)
+              + [{"kind": "state", "block_tokens": int(model.max_model_len), "layers": per_group}] * -(-state // per_group))
+    text = model.hf_text_config
+    kv_bytes = 1 if str(cache.cache_dtype).startswith("fp8") else model.dtype.itemsize
+    page = int(cache.block_size) * 2 * int(text.num_key_value_heads) * int(text.head_dim) * kv_bytes
+    return {"num_blocks": int(cache.num_gpu_blocks), "block_bytes": page * per_group, "groups": groups}
 
 
 def weights_format(llm: Any) -> str:

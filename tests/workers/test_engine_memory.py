@@ -61,6 +61,14 @@ def test_the_layout_is_vllms_own_three_state_groups_and_one_attention_group(host
     assert all(g.block_tokens == 4096 for g in state)  # one block a request: max_model_len
     assert memory.num_blocks * memory.block_bytes <= CACHE_BYTES < (memory.num_blocks + 1) * memory.block_bytes
     assert memory.max_num_seqs == 64
+    # An engine core in another process: the same layout, rebuilt from what its client knows.
+    from workers.engine_memory import describe, in_process_core, layout_from_config
+
+    rebuilt = layout_from_config(host.llm.llm_engine.vllm_config)
+    read = describe(in_process_core(host.llm).scheduler.kv_cache_config)
+    for layout in (rebuilt, read):
+        layout["groups"] = sorted(layout["groups"], key=lambda g: g["kind"])
+    assert rebuilt == read
 
 
 def test_the_stream_admits_what_vllm_runs_and_no_more(host):
