@@ -67,6 +67,9 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     """Build the app. ``dev=True`` allows a random secret key (embedded demo only)."""
     settings = get_settings()
     app = Flask(__name__)
+    from web.json_input import StrictJSONProvider
+
+    app.json = StrictJSONProvider(app)
     app.config.from_mapping(
         MAX_CONTENT_LENGTH=settings.max_upload_bytes,
         SESSION_COOKIE_HTTPONLY=True,
@@ -153,17 +156,35 @@ def _metrics():
 
 
 def _healthz():
-    """Liveness for load balancers and compose: the app answers and reaches its database."""
+    """Health for load balancers and compose: the app answers and reaches what it needs, the
+    database and (where the broker is Redis) Redis, which sign-in and new batches need. 503
+    names what is down, so an operator reads the cause, not just "unhealthy"."""
     from sqlalchemy import text
 
+    from vidlora.config import get_settings
     from vidlora.db import get_engine
 
+    checks: dict[str, str] = {}
     try:
         with get_engine().connect() as conn:
             conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
-        return {"ok": False, "error": type(exc).__name__}, 503
-    return {"ok": True}
+        checks["database"] = f"down: {type(exc).__name__}"
+    url = get_settings().broker_url
+    if url.startswith("redis"):
+        import redis
+
+        try:
+            redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2).ping()
+            checks["redis"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+            checks["redis"] = f"down: {type(exc).__name__}"
+    down = [name for name, state in checks.items() if state != "ok"]
+    if down:
+        return {"ok": False, "down": down, **checks,
+                "error": f"{' and '.join(down)} cannot be reached"}, 503
+    return {"ok": True, **checks}
 
 
 def _index():

@@ -198,8 +198,18 @@ def act(result_id: int):
 def gold(result_id: int):
     """Mark a reviewed result as gold (held out of training), or return it to training."""
     session = get_db()
-    result = _result_or_404(result_id)
+    result = load_for_review(session, result_id)
+    if result is None:
+        abort(404, f"There is no result {result_id}.")
     wanted = request.form.get("gold") == "1"
+    seen = _version()
+    if seen is not None and seen != result.review_version:
+        # Gold holds the answer this page showed, not one reviewed since: look first.
+        now = result.review_version
+        session.rollback()
+        return _page(_result_or_404(result_id), f"This result was reviewed since you opened it (it is at version "
+                     f"{now}, your page showed {seen}), so it was not marked. Look at the answer as it is now, "
+                     "then mark it again.", status=409)
     try:
         set_gold(result, wanted, current_user.id)
     except GoldError as exc:
