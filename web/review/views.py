@@ -24,7 +24,7 @@ from web.review.actions import (
     output_schema,
 )
 from web.review.diff import word_diff
-from web.review.merge import merge3
+from web.review.merge import Removed, merge3
 from web.review.schema_form import FormError, as_posted, form_tree, read_form
 from web.security import safe_next
 from web.videos.media import media_file
@@ -113,7 +113,10 @@ def _conflict(result: Result, entries: list, stale: StaleReview, action: str, dr
             yours_fields = changes(final_value(result), draft) or None
         elif draft.replace("\r\n", "\n") != current_text(result):
             yours_text = word_diff(current_text(result), draft.replace("\r\n", "\n"))
-    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields, "both": both or []}
+    conflicts = both or []
+    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields,
+            "both": [p for p in conflicts if not isinstance(p, Removed)],
+            "removed": [p for p in conflicts if isinstance(p, Removed)]}
 
 
 def _corrected(result: Result, text: str | None, fields) -> bool:
