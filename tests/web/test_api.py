@@ -317,5 +317,5 @@ def test_a_script_exports_with_a_token_the_columns_the_page_gives(app, logged_in
     assert bad.status_code == 400 and bad.is_json
     # One row per item is per scenario (its lists): without one, a 400 that says so, at once.
     items = client.get(f"/api/v1/results/export.items.csv?batch={made.batch_id}", headers=bearer)
-    assert items.status_code == 400 and "give scenario=NAME" in items.json["detail"].lower()
+    assert items.status_code == 400 and "Give scenario=NAME" in items.json["detail"]
     assert logged_in_client.get(f"/results/export.items.csv?batch={made.batch_id}").status_code == 400
