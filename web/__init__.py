@@ -94,6 +94,11 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
 
         # Only the hops the operator named: the client address the sign-in throttle counts.
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.proxy_hops, x_proto=settings.proxy_hops)
+        from web.proxy import DirectRequests, redis_recorder
+
+        # ... and a request that bypassed them says the setting can be forged (log, doctor).
+        remember = redis_recorder(settings.broker_url) if settings.broker_url.startswith("redis") else (lambda _: None)
+        app.wsgi_app = DirectRequests(app.wsgi_app, settings.proxy_hops, remember)
 
     from web import database, errors, security, template_helpers
     from web.extensions import csrf, login_manager
