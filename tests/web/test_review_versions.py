@@ -41,8 +41,9 @@ def two(app, reviewer, colleague):
 
 
 def _form(html: str) -> dict[str, str]:
-    """The review form as the browser would post it unchanged (version, text, schema fields)."""
-    form = dict(re.findall(r'<input type="hidden" name="(version)" value="(\d+)"', html))
+    """The review form as the browser would post it unchanged (version, the version a conflict
+    page's form re-applies from, text, schema fields)."""
+    form = dict(re.findall(r'<input type="hidden" name="(version|reapplied_from)" value="(\d+)"', html))
     for name, value in re.findall(r'<input type="(?:text|number)" name="(f/[^"]+)" value="([^"]*)"', html):
         form[name] = entities.unescape(value)
     for name, body in re.findall(r'<select name="(f/[^"]+)"[^>]*>(.*?)</select>', html, re.S):
@@ -89,6 +90,10 @@ def test_a_save_from_an_older_page_does_not_undo_the_other_reviewers_field(two):
     state, answer, _, reviews = _state(rid)
     assert answer["finds"][0] == {"material": "bronze", "period": "han", "confidence": 0.5}
     assert reviews == [("edit", "reviewer"), ("edit", "colleague")]
+    # The history says B's edit went over A's change on purpose; A's own did not.
+    history = b.get(f"/review/results/{rid}").get_data(as_text=True).split('data-testid="history"')[1]
+    assert history.count('data-testid="history-reapplied"') == 1 and "re-applied after a conflict" in history
+    assert history.index("re-applied after a conflict") > history.index("colleague")
 
 
 def test_a_stale_approve_neither_reverts_an_edit_nor_beats_a_reject(two):

@@ -120,10 +120,11 @@ def _clean(value: str | None) -> str:
 
 def apply_review(session: Session, result: Result, action: str, user_id: int | None,
                  text: str | None = None, note: str | None = None, fields: Any = None,
-                 version: int | None = None) -> Review:
+                 version: int | None = None, reapplied_from: int | None = None) -> Review:
     """``fields``: a structured result's edited answer as data (the form's or the API's);
     ``text`` may carry it as JSON instead. ``version``: the review version the reviewer saw
-    (required but for a note)."""
+    (required but for a note). ``reapplied_from``: sent again from the conflict page, the version
+    the first, refused attempt was made against (the history says so)."""
     if action != "note" and action not in STATE_AFTER:
         raise ReviewError("Unknown review action; use approve, reject, edit or note.")
     check_version(result, action, version)
@@ -156,7 +157,8 @@ def apply_review(session: Session, result: Result, action: str, user_id: int | N
     # A note changes neither the answer nor its state, so it leaves the version where it is:
     # other reviewers' pending approve, edit or reject stay valid (the note row records the
     # version it was written against).
-    review = Review(user_id=user_id, action=action, text=edited, note=note_text, version=result.review_version)
+    review = Review(user_id=user_id, action=action, text=edited, note=note_text, version=result.review_version,
+                    reapplied_from=reapplied_from if action != "note" else None)
     result.reviews.append(review)  # keeps the loaded history current for the response
     session.flush()
     return review

@@ -114,7 +114,7 @@ def _conflict(result: Result, entries: list, stale: StaleReview, action: str, dr
         elif draft.replace("\r\n", "\n") != current_text(result):
             yours_text = word_diff(current_text(result), draft.replace("\r\n", "\n"))
     conflicts = both or []
-    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields,
+    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields, "seen": stale.seen,
             "both": [p for p in conflicts if not isinstance(p, Removed)],
             "removed": [p for p in conflicts if isinstance(p, Removed)]}
 
@@ -146,9 +146,9 @@ def result(result_id: int):
     return _page(_result_or_404(result_id))
 
 
-def _version() -> int | None:
-    raw = request.form.get("version", "")
-    return int(raw) if raw.isdigit() else None
+def _version(name: str = "version") -> int | None:
+    raw = request.form.get(name, "")
+    return int(raw) if raw.isdigit() and len(raw) < 12 else None
 
 
 @bp.post("/results/<id:result_id>")
@@ -158,7 +158,7 @@ def act(result_id: int):
     if result is None:
         abort(404, f"There is no result {result_id}.")
     action = request.form.get("action", "")
-    version = _version()
+    version, reapplied_from = _version(), _version("reapplied_from")
     schema = output_schema(result)
     fields = draft = None
     text = request.form.get("text")
@@ -169,11 +169,12 @@ def act(result_id: int):
         if action == "approve" and _corrected(result, text, fields):
             # Approve what the reviewer sees in the form: a typed correction is saved first,
             # never dropped (both steps are in the history).
-            apply_review(session, result, "edit", current_user.id, text, None, fields=fields, version=version)
+            apply_review(session, result, "edit", current_user.id, text, None, fields=fields, version=version,
+                         reapplied_from=reapplied_from)
             version = result.review_version
             message = "Edit saved and approved."
         apply_review(session, result, action, current_user.id, text, request.form.get("note"), fields=fields,
-                     version=version)
+                     version=version, reapplied_from=reapplied_from)
     except StaleReview as exc:
         session.rollback()
         result = _result_or_404(result_id)
