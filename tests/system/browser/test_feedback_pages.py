@@ -85,4 +85,29 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     candidate = card.locator(f"[data-testid=candidate-{versions.scenario}-d41e9b7702c5]")
     assert "2 / 2" in candidate.locator("tr[data-field='finds.material']").inner_text()
     card.screenshot(path=str(screenshots / "scenario-agreement.png"))
+    # A card a reviewer can take in: prompts folded, the notation explained where it is used,
+    # and no table splits a word or a number across lines ("Resu lts", "1002 0").
+    assert card.locator(f"[data-testid=prompts-{versions.scenario}]").get_attribute("open") is None
+    assert "5 · 71 % 36–92" in card.locator(f"[data-testid=agreement-legend-{versions.scenario}]").inner_text()
+    assert card.bounding_box()["height"] < 1400
+    assert page.evaluate(SPLIT_TOKENS) == []
     assert not errors, errors
+
+
+# Every token (a run without spaces) in the page's tables whose text lands on two lines.
+SPLIT_TOKENS = """() => {
+  const split = [];
+  for (const cell of document.querySelectorAll("main table th, main table td")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) split.push(m[0]);
+      }
+    }
+  }
+  return split;
+}"""
