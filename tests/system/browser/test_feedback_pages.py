@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.structured import seed_structured
-from tests.support.web import sign_in
+from tests.support.web import SPLIT_TOKENS, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -93,21 +93,3 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     assert page.evaluate(SPLIT_TOKENS) == []
     assert not errors, errors
 
-
-# Every token (a run without spaces) in the page's tables whose text lands on two lines.
-SPLIT_TOKENS = """() => {
-  const split = [];
-  for (const cell of document.querySelectorAll("main table th, main table td")) {
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const m of node.data.matchAll(/\\S+/g)) {
-        const range = document.createRange();
-        range.setStart(node, m.index);
-        range.setEnd(node, m.index + m[0].length);
-        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
-        if (lines.size > 1) split.push(m[0]);
-      }
-    }
-  }
-  return split;
-}"""
