@@ -18,13 +18,13 @@ from vidlora.results.fields import changes, final_value
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
+from web import json_input
 from web.api import bp
 from web.api.auth import api_user
 from web.api.conditional import FutureVersion, IfMatchError, if_match_version
 from web.api.merge_patch import MEDIA_TYPE as MERGE_PATCH, merge_patch
 from web.api.openapi import openapi_document
 from web.batches.progress import summarise, view_dict
-from web import json_input
 from web.database import get_db
 from web.errors import render_error
 from web.pagination import MAX_PAGE

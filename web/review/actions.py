@@ -6,9 +6,9 @@ structured result's edit is a value valid against its scenario's schema: kept as
 ``Result.edited_parsed`` (its fields re-indexed for queries) and as compact JSON text.
 
 Reviewers work at the same time, so every approve, reject and edit moves
-``Result.review_version`` on (a note does not), and each of those names the version it was made against: a stale one raises
+``Result.review_version`` on and names the version it was made against: a stale one raises
 ``StaleReview`` (what changed since, so the reviewer can look and re-apply) instead of undoing
-another reviewer's work. A note is never stale: it overwrites nothing. Callers load the result
+another reviewer's work. A note is never stale and moves nothing: it overwrites nothing. Callers load the result
 ``FOR UPDATE`` (``load_for_review``), so two requests cannot both pass the check.
 """
 
