@@ -232,7 +232,10 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     **ERRORS}}},
             **{f"/results/export.{kind}": {"get": {
                 "summary": f"The Results page's {label} export, streamed: same columns, same filters",
-                "parameters": RESULT_FILTERS,
+                # One row per item of the scenario's lists: only a scenario says which (400 without).
+                "parameters": [{**p, "required": True, "allowEmptyValue": False,
+                                "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}}
+                               if kind == "items.csv" and p["name"] == "scenario" else p for p in RESULT_FILTERS],
                 "responses": {"200": {"description": "The export, as an attachment", "content": {
                     media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
                for kind, label, media in EXPORTS},

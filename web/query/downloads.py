@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from flask import Response, request, send_file, stream_with_context
 
 from vidlora.results.export import csv_lines, items_lines, jsonl_lines, write_parquet
-from vidlora.results.query import FilterError, parse_filters, result_query, scenario_fields
+from vidlora.results.query import FilterError, parse_filters, result_query
 from web.database import get_db
 
 STREAMED = {
@@ -37,9 +37,6 @@ def _check_items(filters) -> None:
     if not filters.scenario:
         raise FilterError("The per-item export is per scenario: its rows are the items of the scenario's lists "
                           "(finds, chambers). Give scenario=NAME, or use export.csv for one row per result.")
-    if not any(f.array is not None for f in scenario_fields(get_db(), filters.scenario)):
-        raise FilterError(f"Scenario {filters.scenario} has no lists in its answers, so there are no items to "
-                          "export: use export.csv for one row per result.")
 
 
 def download(kind: str) -> Response:
