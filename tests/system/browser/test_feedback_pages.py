@@ -90,6 +90,6 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     assert card.locator(f"[data-testid=prompts-{versions.scenario}]").get_attribute("open") is None
     assert "5 · 71 % 36–92" in card.locator(f"[data-testid=agreement-legend-{versions.scenario}]").inner_text()
     assert card.bounding_box()["height"] < 1400
-    assert page.evaluate(SPLIT_TOKENS) == []
+    assert page.evaluate(SPLIT_TOKENS, f"[data-testid=scenario-card-{versions.scenario}], [data-testid=latency]") == []
     assert not errors, errors
 

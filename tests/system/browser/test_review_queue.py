@@ -196,7 +196,7 @@ def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, scree
     assert b.input_value("[data-testid='field-f/finds/0/period']") == "tang"  # B's, kept
     conflict.scroll_into_view_if_needed()
     b.screenshot(path=str(screenshots / "review-conflict.png"))
-    assert b.evaluate(SPLIT_TOKENS) == []  # "bronze", "Before" whole in the narrow conflict tables
+    assert b.evaluate(SPLIT_TOKENS, "[data-testid=conflict]") == []  # "bronze", "Before" whole in the narrow conflict tables
     with session_scope() as session:
         assert session.get(Result, rid).edited_parsed["finds"][0]["period"] == "han"  # nothing of B's yet
     b.click(f"[data-testid=edit-{rid}]")
