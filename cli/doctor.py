@@ -248,8 +248,41 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
+def _proxy(settings: Settings) -> list[Check]:
+    """With VIDLORA_PROXY_HOPS the sign-in throttle believes X-Forwarded-For: safe only if
+    nothing but the proxy reaches the app. The app notices requests that bypassed it."""
+    if settings.proxy_hops <= 0:
+        return []
+    from datetime import datetime, timezone
+
+    from web.proxy import DIRECT_KEY, last_direct
+
+    trust = f"VIDLORA_PROXY_HOPS={settings.proxy_hops}: X-Forwarded-For is trusted"
+    fix = (f"let only the proxy reach the web app (bind VIDLORA_WEB_HOST=127.0.0.1 or firewall port "
+           f"{settings.web_port}), or set VIDLORA_PROXY_HOPS=0 if there is no proxy; then clear this notice: "
+           f"redis-cli DEL {DIRECT_KEY}")
+    seen = None
+    if settings.broker_url.startswith("redis"):
+        import redis
+
+        try:
+            seen = last_direct(redis.Redis.from_url(settings.broker_url, socket_timeout=5))
+        except Exception:  # noqa: BLE001 - the broker check reports an unreachable Redis
+            seen = None
+    if seen:
+        at = datetime.fromtimestamp(seen["at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return [Check("proxy", False, f"{trust}, but a request from {seen['address']} reached the app without the "
+                                      f"proxy ({at}): anyone who can do that can forge the header and skip the "
+                                      "sign-in throttle", fix)]
+    exposed = settings.web_host not in ("127.0.0.1", "localhost", "::1")
+    return [Check("proxy", True, f"{trust}; no request has bypassed the proxy"
+                  + (f" (the app listens on {settings.web_host}: make sure only the proxy can reach it)"
+                     if exposed else ""))]
+
+
 def run_checks(settings: Settings) -> list[Check]:
-    checks = _database(settings) + _broker(settings) + _media(settings) + _tools() + _gpu() + _engine_support()
+    checks = (_database(settings) + _broker(settings) + _proxy(settings) + _media(settings) + _tools() + _gpu()
+              + _engine_support())
     if checks[0].ok:
         checks += _workers_and_adapters(settings)
     return checks

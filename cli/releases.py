@@ -32,18 +32,30 @@ def scenario_session(name: str):
 @click.option("--gold-run/--no-gold-run", "run_gold", default=True, show_default=True,
               help="Answer the scenario's gold set with it now (starts an engine in this process).")
 def register_command(scenario: str, path: Path, note: str | None, run_gold: bool) -> None:
-    """Register the adapter at PATH (relative: under the adapter root) as a candidate version
-    of SCENARIO; it serves nothing until promoted."""
+    """Register the adapter at PATH as a candidate version of SCENARIO; it serves nothing until
+    promoted. PATH is a folder as your shell names it (what a trainer's --out just wrote); a
+    relative PATH that is not there is looked up under the adapter root."""
     from vidlora.feedback.releases import register_candidate
 
     settings = get_settings()
-    source = path if path.is_absolute() else Path(settings.adapter_root) / path
+    source = adapter_folder(path, Path(settings.adapter_root))
     with scenario_session(scenario) as (session, row):
-        release = register_candidate(session, row, source.resolve(), note)
+        release = register_candidate(session, row, source, note)
         release_id, version = release.id, release.version
-    click.echo(f"{scenario}: adapter version {version} registered as a candidate")
+    click.echo(f"{scenario}: adapter version {version} registered as a candidate from {source}")
+    if not source.is_relative_to(Path(settings.adapter_root).resolve()):
+        click.echo(f"note: {source} is outside the adapter root ({settings.adapter_root}): GPU workers on other "
+                   "hosts must see it at this same path before it can be promoted", err=True)
     if run_gold:
         gold_run(release_id, scenario, version)
+
+
+def adapter_folder(path: Path, adapter_root: Path) -> Path:
+    """The folder ``path`` names: as typed (absolute, or relative to the current directory),
+    else under the adapter root, where scenarios.yaml's adapter paths are."""
+    if path.is_absolute() or path.is_dir():
+        return path.resolve()
+    return (adapter_root / path).resolve()
 
 
 def gold_run(release_id: int, scenario: str, version: str, err: bool = False) -> None:

@@ -344,6 +344,9 @@ class Review(Base):
     text: Mapped[str | None] = mapped_column(Text)  # the edited text, for "edit"
     note: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int | None] = mapped_column(Integer)  # the result's review version it made
+    # Applied from the conflict page: the version the reviewer's page showed when this action
+    # was first refused as stale (it went over another reviewer's change on purpose).
+    reapplied_from: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     result: Mapped[Result] = relationship(back_populates="reviews")

@@ -67,6 +67,9 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     """Build the app. ``dev=True`` allows a random secret key (embedded demo only)."""
     settings = get_settings()
     app = Flask(__name__)
+    from web.json_input import StrictJSONProvider
+
+    app.json = StrictJSONProvider(app)
     app.config.from_mapping(
         MAX_CONTENT_LENGTH=settings.max_upload_bytes,
         SESSION_COOKIE_HTTPONLY=True,
@@ -91,6 +94,11 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
 
         # Only the hops the operator named: the client address the sign-in throttle counts.
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.proxy_hops, x_proto=settings.proxy_hops)
+        from web.proxy import DirectRequests, redis_recorder
+
+        # ... and a request that bypassed them says the setting can be forged (log, doctor).
+        remember = redis_recorder(settings.broker_url) if settings.broker_url.startswith("redis") else (lambda _: None)
+        app.wsgi_app = DirectRequests(app.wsgi_app, settings.proxy_hops, remember)
 
     from web import database, errors, security, template_helpers
     from web.extensions import csrf, login_manager
@@ -153,17 +161,35 @@ def _metrics():
 
 
 def _healthz():
-    """Liveness for load balancers and compose: the app answers and reaches its database."""
+    """Health for load balancers and compose: the app answers and reaches what it needs, the
+    database and (where the broker is Redis) Redis, which sign-in and new batches need. 503
+    names what is down, so an operator reads the cause, not just "unhealthy"."""
     from sqlalchemy import text
 
+    from vidlora.config import get_settings
     from vidlora.db import get_engine
 
+    checks: dict[str, str] = {}
     try:
         with get_engine().connect() as conn:
             conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
-        return {"ok": False, "error": type(exc).__name__}, 503
-    return {"ok": True}
+        checks["database"] = f"down: {type(exc).__name__}"
+    url = get_settings().broker_url
+    if url.startswith("redis"):
+        import redis
+
+        try:
+            redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2).ping()
+            checks["redis"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+            checks["redis"] = f"down: {type(exc).__name__}"
+    down = [name for name, state in checks.items() if state != "ok"]
+    if down:
+        return {"ok": False, "down": down, **checks,
+                "error": f"{' and '.join(down)} cannot be reached"}, 503
+    return {"ok": True, **checks}
 
 
 def _index():

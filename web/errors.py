@@ -15,9 +15,11 @@ MESSAGES = {
     404: ("Not found", "There is nothing here. It may have been removed, or the link is wrong."),
     405: ("Not allowed", "That page cannot be used this way."),
     409: ("Changed since you read it", "Someone else changed this since you loaded it. Reload and try again."),
+    412: ("No such version", "The version you named is not one this result ever had. Read it again."),
     413: ("Upload too large", ""),
     415: ("Unsupported content type", "Send the body in the content type the API document names."),
     428: ("Say which version you read", "Send If-Match with the ETag of what you read."),
+    503: ("A service is unavailable", "Part of vidlora cannot be reached right now. Please try again in a moment."),
     500: ("Something went wrong on our side", "The error has been logged. Please try again in a moment."),
 }
 
@@ -72,6 +74,23 @@ def init_app(app: Flask) -> None:
         if exc.code == 405 and getattr(exc, "valid_methods", None):
             response = (response[0], response[1], {"Allow": ", ".join(exc.valid_methods)})
         return response
+
+    try:
+        from redis.exceptions import ConnectionError as RedisDown, TimeoutError as RedisSlow
+    except ImportError:  # pragma: no cover - redis ships with vidlora; the demo never calls it
+        pass
+    else:
+        @app.errorhandler(RedisDown)
+        @app.errorhandler(RedisSlow)
+        def redis_down(exc: Exception):
+            # The sign-in throttle and the task queue live in Redis: without it nobody can be
+            # let in safely. Say so in words (and when to retry), not "something went wrong".
+            app.logger.error("Redis cannot be reached: %s: %s", type(exc).__name__, exc)
+            response = render(503, "Redis (the store behind sign-in and the task queue) cannot be reached, "
+                                   "so signing in and starting batches are unavailable right now. Nothing "
+                                   "you sent was saved. Try again in a minute; an administrator can see "
+                                   "what is down at /healthz or with `vidlora doctor`.")
+            return response[0], 503, {"Retry-After": "30"}
 
     @app.errorhandler(InternalServerError)
     def server_error(exc: InternalServerError):

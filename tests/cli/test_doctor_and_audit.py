@@ -12,7 +12,9 @@ from cli.doctor import run_checks
 
 
 def test_doctor_sees_the_database_broker_and_media(database, broker):
-    checks = {c.name: c for c in run_checks(get_settings())}
+    # Behind a proxy, the doctor also says whether anything bypassed it (tests/web/test_proxy.py).
+    checks = {c.name: c for c in run_checks(get_settings().model_copy(update={"proxy_hops": 1}))}
+    assert checks["proxy"].ok and "no request has bypassed the proxy" in checks["proxy"].detail
     assert checks["database"].ok and checks["migrations"].ok and checks["durable commits"].ok
     assert checks["broker"].ok and "queues" in checks["broker"].detail
     assert checks["media store"].ok and checks["ffmpeg"].ok

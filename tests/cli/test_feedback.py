@@ -169,3 +169,27 @@ def test_an_example_without_its_frames_is_skipped_and_counted(database, tmp_path
 def test_scenarios_without_a_subcommand_still_syncs_and_lists(database):
     out = vidlora("scenarios")
     assert out.returncode == 0 and "tomb_structure" in out.stdout.split()
+
+
+def test_register_takes_the_folder_a_trainer_just_wrote_as_the_readme_types_it(database, tmp_path):
+    """README: `python -m demo_model.finetune ... --out v2` then `vidlora scenarios register
+    tomb_structure v2`, in the same directory: v2 is the folder there, not one under the adapter root."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.support.env import ROOT
+
+    scenario = seed_structured([]).scenario
+    shutil.copytree(ROOT / "demo_model" / "weights" / "adapters" / "tomb_structure", tmp_path / "v2")
+    (tmp_path / "v2" / "README.md").write_text(f"v2 of {scenario}\n")  # a version of its own, by content
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "cli", "scenarios", "register", scenario, "v2", "--no-gold-run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"registered as a candidate from {tmp_path / 'v2'}" in done.stdout
+    assert "outside the adapter root" in done.stderr
+    missing = subprocess.run([sys.executable, "-m", "cli", "scenarios", "register", scenario, "v3", "--no-gold-run"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "not an adapter folder" in missing.stderr

@@ -40,3 +40,25 @@ def sign_in(page, base: str, name: str = BROWSER_REVIEWER, password: str = BROWS
     page.fill("#password", password)
     page.click("[data-testid=login-submit]")
     page.wait_for_selector("[data-testid=nav-results]")
+
+
+# page.evaluate(SPLIT_TOKENS, "selector of the parts to check"): each token in their table
+# cells (a run without spaces, hyphens or slashes, after which lines may break) whose text
+# lands on two lines ("Resu lts", "1002 0"): a table that breaks words. Empty when none does.
+SPLIT_TOKENS = """(roots) => {
+  const split = [];
+  const cells = [...document.querySelectorAll(roots)].flatMap(root => [...root.querySelectorAll("th, td")]);
+  for (const cell of cells) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[^\\s\\-\u2013\\/]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) split.push(m[0] + " in " + (cell.closest("table").dataset.testid || "a table"));
+      }
+    }
+  }
+  return split;
+}"""

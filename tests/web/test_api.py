@@ -300,7 +300,7 @@ def test_a_script_exports_with_a_token_the_columns_the_page_gives(app, logged_in
         token = create_token(session, get_user(session, reviewer), "export script", "read").token
     bearer = {"Authorization": f"Bearer {token}"}
     client = app.test_client()  # a script: no session cookie
-    for kind in ("csv", "items.csv", "jsonl", "parquet"):
+    for kind in ("csv", "jsonl", "parquet"):
         by_script = client.get(f"/api/v1/results/export.{kind}?batch={made.batch_id}", headers=bearer)
         streamed, script_body = by_script.is_streamed, by_script.get_data()  # read before the next request
         by_page = logged_in_client.get(f"/results/export.{kind}?batch={made.batch_id}")
@@ -315,3 +315,7 @@ def test_a_script_exports_with_a_token_the_columns_the_page_gives(app, logged_in
     assert refused.status_code == 401 and refused.is_json
     bad = client.get("/api/v1/results/export.csv?where=nonsense", headers=bearer)
     assert bad.status_code == 400 and bad.is_json
+    # One row per item is per scenario (its lists): without one, a 400 that says so, at once.
+    items = client.get(f"/api/v1/results/export.items.csv?batch={made.batch_id}", headers=bearer)
+    assert items.status_code == 400 and "Give scenario=NAME" in items.json["detail"]
+    assert logged_in_client.get(f"/results/export.items.csv?batch={made.batch_id}").status_code == 400

@@ -70,9 +70,9 @@ def test_no_template_marks_text_safe():
         assert "autoescape false" not in text, template
 
 
-def test_healthz_answers_without_login_and_checks_the_database(client):
+def test_healthz_answers_without_login_and_checks_the_database_and_redis(client):
     resp = client.get("/healthz")
-    assert resp.status_code == 200 and resp.get_json() == {"ok": True}
+    assert resp.status_code == 200 and resp.get_json() == {"ok": True, "database": "ok", "redis": "ok"}
 
 
 @pytest.mark.parametrize("key", ["change-me-secret-key", "short-but-random-x9", "my-SECRET-" + "x" * 40])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import re
 
 import pytest
@@ -207,3 +208,30 @@ def test_a_cross_site_post_does_not_sign_the_victim_out(app, reviewer):
     forged = app.test_client().post("/auth/logout", data={})
     assert forged.status_code == 403 and "Set-Cookie" not in forged.headers
     assert victim.get("/batches/").status_code == 200
+
+
+@pytest.fixture()
+def redis_down(monkeypatch):
+    """The broker's Redis unreachable (nothing listens on the port), for this test only."""
+    from vidlora.config import reset_settings
+
+    monkeypatch.setenv("VIDLORA_BROKER_URL", "redis://127.0.0.1:1/0")
+    reset_settings()
+    yield
+    monkeypatch.delenv("VIDLORA_BROKER_URL")
+    reset_settings()
+
+
+def test_with_redis_down_sign_in_is_a_503_in_words_and_healthz_says_what_is_down(client, reviewer, redis_down):
+    from tests.support.web import login
+
+    response = login(client, reviewer)  # the right password
+    assert response.status_code == 503 and response.headers["Retry-After"] == "30"
+    page = response.get_data(as_text=True)
+    assert "Redis (the store behind sign-in and the task queue) cannot be reached" in page
+    api = client.get("/api/v1/batches", headers={"Authorization": "Basic " + base64.b64encode(
+        f"{reviewer}:wrong".encode()).decode()})
+    assert api.status_code == 503 and "Redis" in api.json["detail"]
+    health = client.get("/healthz")
+    assert health.status_code == 503
+    assert health.json["down"] == ["redis"] and health.json["database"] == "ok" and health.json["ok"] is False

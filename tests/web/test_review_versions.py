@@ -41,8 +41,9 @@ def two(app, reviewer, colleague):
 
 
 def _form(html: str) -> dict[str, str]:
-    """The review form as the browser would post it unchanged (version, text, schema fields)."""
-    form = dict(re.findall(r'<input type="hidden" name="(version)" value="(\d+)"', html))
+    """The review form as the browser would post it unchanged (version, the version a conflict
+    page's form re-applies from, text, schema fields)."""
+    form = dict(re.findall(r'<input type="hidden" name="(version|reapplied_from)" value="(\d+)"', html))
     for name, value in re.findall(r'<input type="(?:text|number)" name="(f/[^"]+)" value="([^"]*)"', html):
         form[name] = entities.unescape(value)
     for name, body in re.findall(r'<select name="(f/[^"]+)"[^>]*>(.*?)</select>', html, re.S):
@@ -89,6 +90,10 @@ def test_a_save_from_an_older_page_does_not_undo_the_other_reviewers_field(two):
     state, answer, _, reviews = _state(rid)
     assert answer["finds"][0] == {"material": "bronze", "period": "han", "confidence": 0.5}
     assert reviews == [("edit", "reviewer"), ("edit", "colleague")]
+    # The history says B's edit went over A's change on purpose; A's own did not.
+    history = b.get(f"/review/results/{rid}").get_data(as_text=True).split('data-testid="history"')[1]
+    assert history.count('data-testid="history-reapplied"') == 1 and "re-applied after a conflict" in history
+    assert history.index("re-applied after a conflict") > history.index("colleague")
 
 
 def test_a_stale_approve_neither_reverts_an_edit_nor_beats_a_reject(two):
@@ -186,3 +191,84 @@ def test_a_merge_patch_edits_one_field_and_keeps_the_rest(client, tokens):
     assert bad.status_code == 400 and "sealed" in bad.json["detail"]
     assert client.patch(url, headers={**a, "If-Match": again.headers["ETag"]}, json={"sealed": True}).status_code == 415
     assert patch(a, '{"sealed": true}', "").status_code == 428
+
+
+TWO_FINDS = {**ANSWER, "finds": [{"material": "ceramic", "period": "unknown", "confidence": 0.5},
+                                 {"material": "jade", "period": "tang", "confidence": 0.9}]}
+
+
+def test_a_merge_never_brings_back_an_item_the_other_reviewer_removed(two):
+    a, b = two
+    rid = seed_structured([TWO_FINDS]).result_ids[0]
+    page_a, page_b = _open(a, rid), _open(b, rid)
+    assert _post(a, rid, page_a, action="edit", **{"f/finds/1/__remove": "1"}).status_code == 303
+    stale = _post(b, rid, page_b, action="edit", **{"f/finds/0/material": "bronze"})
+    html = stale.get_data(as_text=True)
+    assert stale.status_code == 409
+    yours = html.split('data-testid="conflict-yours"')[1].split("</section>")[0]
+    assert "Find 1 · material" in yours and "Find 2" not in yours and "jade" not in yours  # not offered as B's
+    again = _form(html)
+    assert "f/finds/1/material" not in again and again["f/finds/0/material"] == "bronze"
+    assert _post(b, rid, again, action="edit").status_code == 303  # pressing again, as the page says
+    assert _state(rid)[1]["finds"] == [{"material": "bronze", "period": "unknown", "confidence": 0.5}]
+    # B changed the item A removed: it stays removed, and the page says so.
+    rid = seed_structured([TWO_FINDS]).result_ids[0]
+    page_a, page_b = _open(a, rid), _open(b, rid)
+    _post(a, rid, page_a, action="edit", **{"f/finds/1/__remove": "1"})
+    stale = _post(b, rid, page_b, action="edit", **{"f/finds/1/period": "han"})
+    html = stale.get_data(as_text=True)
+    assert "Find 2: removed by the other reviewer while you changed it" in html
+    assert "f/finds/1/material" not in _form(html)
+
+
+def _api(client, headers, rid, if_match, body=None):
+    return client.post(f"/api/v1/results/{rid}/review", headers={**headers, "If-Match": if_match},
+                       json=body or {"action": "approve"})
+
+
+def test_if_match_takes_weak_tags_and_lists_as_http_says(client, tokens):
+    a, _ = tokens
+    rid = seed_structured([ANSWER]).result_ids[0]
+    assert _api(client, a, rid, 'W/"v0"').status_code == 200  # as a gzip proxy passes the ETag on
+    assert _api(client, a, rid, '"v7", W/"v1"', {"action": "reject"}).status_code == 200  # any match suffices
+    assert _api(client, a, rid, '"v0", "v1"', {"action": "approve"}).status_code == 409  # stale: none is v2
+    future = _api(client, a, rid, '"v9"')
+    assert future.status_code == 412 and "never had that version" in future.json["detail"]
+    for malformed in ('""', '"x"', 'W/""', "garbage", "W/"):
+        response = _api(client, a, rid, malformed)
+        assert response.status_code in (400, 412), (malformed, response.status_code)
+    patch = client.patch(f"/api/v1/results/{rid}/fields", data='{"sealed": false}',
+                         headers={**a, "If-Match": '""', "Content-Type": "application/merge-patch+json"})
+    assert patch.status_code == 400 and _state(rid)[0] == "rejected"
+
+
+def test_a_note_keeps_the_version_so_pending_reviews_still_apply(client, tokens, two):
+    a, b = tokens
+    rid = seed_structured([ANSWER]).result_ids[0]
+    etag = client.get(f"/api/v1/results/{rid}", headers=b).headers["ETag"]
+    noted = client.post(f"/api/v1/results/{rid}/review", headers=a, json={"action": "note", "note": "check the rim"})
+    assert noted.status_code == 200 and noted.headers["ETag"] == etag
+    assert _api(client, b, rid, etag, {"action": "edit", "fields": {**ANSWER, "site": "C"}}).status_code == 200
+    # The same on the pages: a colleague's note does not bounce this reviewer's approve.
+    page_a, page_b = _open(two[0], rid), _open(two[1], rid)
+    assert _post(two[0], rid, page_a, action="note", note="looked").status_code == 303
+    assert _post(two[1], rid, page_b, action="approve").status_code == 303
+    assert _state(rid)[0] == "approved"
+
+
+def test_gold_honours_if_match(client, tokens, two):
+    a, b = tokens
+    rid = seed_structured([ANSWER]).result_ids[0]
+    _api(client, a, rid, '"v0"')
+    read = client.get(f"/api/v1/results/{rid}", headers=b).headers["ETag"]
+    _api(client, a, rid, read, {"action": "edit", "fields": {**ANSWER, "site": "D"}})
+    gold = lambda tag: client.post(f"/api/v1/results/{rid}/gold", headers={**b, "If-Match": tag},  # noqa: E731
+                                   json={"gold": True})
+    stale = gold(read)
+    assert stale.status_code == 409 and stale.json["result"]["gold"] is False
+    assert gold(stale.headers["ETag"]).status_code == 200
+    # The page's gold form carries the version its page showed.
+    page = _open(two[1], rid)
+    _api(client, a, rid, '"v2"', {"action": "approve"})
+    refused = two[1].post(f"/review/results/{rid}/gold", data={"csrf_token": two[1].csrf, "gold": "0", **page})
+    assert refused.status_code == 409 and "so it was not marked" in refused.get_data(as_text=True)

@@ -29,9 +29,12 @@ ETAG = {"ETag": {"description": "The result's review version (\"v3\"): send it b
 IF_MATCH = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
             "description": "The ETag of the result as you read it (GET /results/{result_id}). Required to "
                            "approve, reject or edit (428 without it); a note needs none. If the result was "
-                           "reviewed since, nothing is applied: 409 with what changed and the new ETag."}
+                           "reviewed since, nothing is applied: 409 with what changed and the new ETag. "
+                           "Read as RFC 9110 says: weak tags (W/\"v3\") count, a list matches if any tag "
+                           "does, * is the current version."}
 VERSIONED = {
     "409": _json(_ref("Conflict"), "Reviewed by someone else since your If-Match: nothing applied"),
+    "412": _json(_ref("Error"), "If-Match names only versions this result never had"),
     "428": _json(_ref("Error"), "No If-Match: say which version of the result you read"),
 }
 ID = lambda name: {"name": name, "in": "path", "required": True,  # noqa: E731
@@ -229,7 +232,10 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     **ERRORS}}},
             **{f"/results/export.{kind}": {"get": {
                 "summary": f"The Results page's {label} export, streamed: same columns, same filters",
-                "parameters": RESULT_FILTERS,
+                # One row per item of the scenario's lists: only a scenario says which (400 without).
+                "parameters": [{**p, "required": True, "allowEmptyValue": False,
+                                "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}}
+                               if kind == "items.csv" and p["name"] == "scenario" else p for p in RESULT_FILTERS],
                 "responses": {"200": {"description": "The export, as an attachment", "content": {
                     media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
                for kind, label, media in EXPORTS},
@@ -274,9 +280,11 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
             },
             "/results/{result_id}/gold": {"post": {
                 "summary": "Mark a reviewed (approved or edited) result as gold, or return it to training",
-                "parameters": [ID("result_id")],
+                "parameters": [ID("result_id"), {**IF_MATCH, "description": "Optional: with it, only the answer "
+                                                 "you read is marked (409 if it was reviewed since)"}],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": GOLD_REQUEST}}},
-                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND}}},
+                "responses": {"200": _json(_ref("ResultDetail")), **ERRORS, **NOT_FOUND,
+                              **{k: v for k, v in VERSIONED.items() if k != "428"}}}},
             "/scenarios/{name}/agreement": {"get": {
                 "summary": "Per adapter version: approved / edited / rejected rates and per-field accuracy "
                            "against the reviewed answers, with counts and 95 % Wilson intervals",

@@ -18,8 +18,10 @@ from vidlora.results.fields import changes, final_value
 from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
+from web import json_input
 from web.api import bp
 from web.api.auth import api_user
+from web.api.conditional import FutureVersion, IfMatchError, if_match_version
 from web.api.merge_patch import MEDIA_TYPE as MERGE_PATCH, merge_patch
 from web.api.openapi import openapi_document
 from web.batches.progress import summarise, view_dict
@@ -68,10 +70,16 @@ def version_missing(exc: VersionMissing):
     return render_error(428, str(exc))
 
 
+@bp.errorhandler(FutureVersion)
+def future_version(exc: FutureVersion):
+    return render_error(412, str(exc))
+
+
 @bp.errorhandler(FilterError)
 @bp.errorhandler(ReviewError)
 @bp.errorhandler(UploadError)
 @bp.errorhandler(GoldError)
+@bp.errorhandler(IfMatchError)
 def bad_request(exc: ValueError):
     return render_error(400, str(exc))
 
@@ -218,16 +226,9 @@ def _locked_or_404(result_id: int) -> Result:
 
 
 def _if_match(result: Result) -> int | None:
-    """The review version the client's If-Match names: None without the header (a note needs
-    none), the current one for "*" (the RFC's "whatever is there": an explicit choice)."""
-    if not request.headers.get("If-Match"):
-        return None
-    if request.if_match.star_tag:
-        return result.review_version
-    for tag in request.if_match.as_set():
-        if tag[:1] == "v" and tag[1:].isdigit():
-            return int(tag[1:])
-    raise ReviewError('If-Match must be the result\'s ETag as you read it (for example "v3").')
+    """The review version the client's If-Match names (web.api.conditional): None without the
+    header (a note needs none), the current one for "*" (the RFC's "whatever is there")."""
+    return if_match_version(request.headers.get("If-Match"), result.review_version)
 
 
 @bp.errorhandler(StaleReview)
@@ -311,7 +312,7 @@ def patch_fields(result_id: int):
     if request.mimetype != MERGE_PATCH:
         abort(415, f"Send a JSON merge patch with Content-Type: {MERGE_PATCH}.")
     try:
-        patch = json.loads(request.get_data(as_text=True))
+        patch = json_input.loads(request.get_data(as_text=True))
     except ValueError as exc:
         raise ReviewError(f"The patch is not JSON: {exc}.") from None
     if not isinstance(patch, dict):
@@ -325,11 +326,16 @@ def patch_fields(result_id: int):
 
 @bp.post("/results/<id:result_id>/gold")
 def gold(result_id: int):
+    """Gold marks the answer that stands as truth: with If-Match, only the answer the client
+    read (a review since is a 409, as for a review; none needed, as for a note)."""
     session = get_db()
-    result = _result_or_404(result_id)
+    result = _locked_or_404(result_id)
     body = request.get_json(silent=True) if request.is_json else None
     if not isinstance(body, dict) or set(body) != {"gold"} or not isinstance(body["gold"], bool):
         raise GoldError('Send a JSON object {"gold": true} or {"gold": false}.')
+    seen = _if_match(result)
+    if seen is not None and seen != result.review_version:
+        raise StaleReview(result, seen)
     set_gold(result, body["gold"], api_user().id)
     session.commit()
     return jsonify(_result_json(result))

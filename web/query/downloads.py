@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from flask import Response, request, send_file, stream_with_context
 
 from vidlora.results.export import csv_lines, items_lines, jsonl_lines, write_parquet
-from vidlora.results.query import parse_filters, result_query
+from vidlora.results.query import FilterError, parse_filters, result_query
 from web.database import get_db
 
 STREAMED = {
@@ -31,11 +31,21 @@ def _filename(suffix: str) -> str:
     return f"vidlora-results-{stamp}.{suffix}"
 
 
+def _check_items(filters) -> None:
+    """One row per item of a list in the answers: only a scenario's schema says which lists
+    there are. Without one the export would read every result to write a header only."""
+    if not filters.scenario:
+        raise FilterError("The per-item export is per scenario: its rows are the items of the scenario's lists "
+                          "(finds, chambers). Give scenario=NAME, or use export.csv for one row per result.")
+
+
 def download(kind: str) -> Response:
     """The export of ``kind`` for the request's filters; FilterError (a 400 in both
     blueprints) before a byte is sent, not a broken download."""
     filters = parse_filters(request.args)
     result_query(get_db(), filters)  # a bad field condition fails here, not mid-stream
+    if kind == "items.csv":
+        _check_items(filters)
     if kind == "parquet":
         spool = tempfile.TemporaryFile(suffix=".parquet")
         write_parquet(filters, spool)

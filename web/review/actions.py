@@ -5,10 +5,10 @@ and into an append-only ``Review`` row, so the full history can be shown and aud
 structured result's edit is a value valid against its scenario's schema: kept as data in
 ``Result.edited_parsed`` (its fields re-indexed for queries) and as compact JSON text.
 
-Reviewers work at the same time, so every action moves ``Result.review_version`` on, and a
-save, approve or reject names the version it was made against: a stale one raises
+Reviewers work at the same time, so every approve, reject and edit moves
+``Result.review_version`` on and names the version it was made against: a stale one raises
 ``StaleReview`` (what changed since, so the reviewer can look and re-apply) instead of undoing
-another reviewer's work. A note is never stale: it overwrites nothing. Callers load the result
+another reviewer's work. A note is never stale and moves nothing: it overwrites nothing. Callers load the result
 ``FOR UPDATE`` (``load_for_review``), so two requests cannot both pass the check.
 """
 
@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, selectinload
 from vidlora.lifecycle import ReviewAction, ReviewState
 from vidlora.models import Analysis, Result, Review
 from vidlora.results.fields import final_value, index_fields
+from web import json_input
 
 STATE_AFTER = {ReviewAction.APPROVE: ReviewState.APPROVED, ReviewAction.REJECT: ReviewState.REJECTED,
                ReviewAction.EDIT: ReviewState.EDITED}
@@ -92,9 +93,13 @@ def as_text(value: Any) -> str:
 def _structured_edit(result: Result, schema: dict[str, Any], text: str | None, fields: Any) -> str:
     if fields is None:
         try:
-            fields = json.loads(_clean(text))
+            fields = json_input.loads(_clean(text))
         except ValueError as exc:
             raise ReviewError(f"This result is structured: send its fields (or JSON text). Not JSON: {exc}.") from None
+    try:
+        json_input.check_value(fields)
+    except ValueError as exc:
+        raise ReviewError(f"The edit is not an answer: {exc}.") from None
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(fields), key=lambda e: list(e.path))
     if errors:
         raise ReviewError("The edit does not fit the scenario's schema: " + "; ".join(
@@ -115,10 +120,11 @@ def _clean(value: str | None) -> str:
 
 def apply_review(session: Session, result: Result, action: str, user_id: int | None,
                  text: str | None = None, note: str | None = None, fields: Any = None,
-                 version: int | None = None) -> Review:
+                 version: int | None = None, reapplied_from: int | None = None) -> Review:
     """``fields``: a structured result's edited answer as data (the form's or the API's);
     ``text`` may carry it as JSON instead. ``version``: the review version the reviewer saw
-    (required but for a note)."""
+    (required but for a note). ``reapplied_from``: sent again from the conflict page, the version
+    the first, refused attempt was made against (the history says so)."""
     if action != "note" and action not in STATE_AFTER:
         raise ReviewError("Unknown review action; use approve, reject, edit or note.")
     check_version(result, action, version)
@@ -147,8 +153,12 @@ def apply_review(session: Session, result: Result, action: str, user_id: int | N
             raise ReviewError("Write a note first.")
     if action in STATE_AFTER:
         result.review_state = STATE_AFTER[action]
-    result.review_version = (result.review_version or 0) + 1
-    review = Review(user_id=user_id, action=action, text=edited, note=note_text, version=result.review_version)
+        result.review_version = (result.review_version or 0) + 1
+    # A note changes neither the answer nor its state, so it leaves the version where it is:
+    # other reviewers' pending approve, edit or reject stay valid (the note row records the
+    # version it was written against).
+    review = Review(user_id=user_id, action=action, text=edited, note=note_text, version=result.review_version,
+                    reapplied_from=reapplied_from if action != "note" else None)
     result.reviews.append(review)  # keeps the loaded history current for the response
     session.flush()
     return review

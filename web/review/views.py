@@ -24,7 +24,7 @@ from web.review.actions import (
     output_schema,
 )
 from web.review.diff import word_diff
-from web.review.merge import merge3
+from web.review.merge import Removed, merge3
 from web.review.schema_form import FormError, as_posted, form_tree, read_form
 from web.security import safe_next
 from web.videos.media import media_file
@@ -113,7 +113,10 @@ def _conflict(result: Result, entries: list, stale: StaleReview, action: str, dr
             yours_fields = changes(final_value(result), draft) or None
         elif draft.replace("\r\n", "\n") != current_text(result):
             yours_text = word_diff(current_text(result), draft.replace("\r\n", "\n"))
-    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields, "both": both or []}
+    conflicts = both or []
+    return {"since": since, "action": action, "text": yours_text, "fields": yours_fields, "seen": stale.seen,
+            "both": [p for p in conflicts if not isinstance(p, Removed)],
+            "removed": [p for p in conflicts if isinstance(p, Removed)]}
 
 
 def _corrected(result: Result, text: str | None, fields) -> bool:
@@ -143,9 +146,9 @@ def result(result_id: int):
     return _page(_result_or_404(result_id))
 
 
-def _version() -> int | None:
-    raw = request.form.get("version", "")
-    return int(raw) if raw.isdigit() else None
+def _version(name: str = "version") -> int | None:
+    raw = request.form.get(name, "")
+    return int(raw) if raw.isdigit() and len(raw) < 12 else None
 
 
 @bp.post("/results/<id:result_id>")
@@ -155,7 +158,7 @@ def act(result_id: int):
     if result is None:
         abort(404, f"There is no result {result_id}.")
     action = request.form.get("action", "")
-    version = _version()
+    version, reapplied_from = _version(), _version("reapplied_from")
     schema = output_schema(result)
     fields = draft = None
     text = request.form.get("text")
@@ -166,11 +169,12 @@ def act(result_id: int):
         if action == "approve" and _corrected(result, text, fields):
             # Approve what the reviewer sees in the form: a typed correction is saved first,
             # never dropped (both steps are in the history).
-            apply_review(session, result, "edit", current_user.id, text, None, fields=fields, version=version)
+            apply_review(session, result, "edit", current_user.id, text, None, fields=fields, version=version,
+                         reapplied_from=reapplied_from)
             version = result.review_version
             message = "Edit saved and approved."
         apply_review(session, result, action, current_user.id, text, request.form.get("note"), fields=fields,
-                     version=version)
+                     version=version, reapplied_from=reapplied_from)
     except StaleReview as exc:
         session.rollback()
         result = _result_or_404(result_id)
@@ -198,8 +202,18 @@ def act(result_id: int):
 def gold(result_id: int):
     """Mark a reviewed result as gold (held out of training), or return it to training."""
     session = get_db()
-    result = _result_or_404(result_id)
+    result = load_for_review(session, result_id)
+    if result is None:
+        abort(404, f"There is no result {result_id}.")
     wanted = request.form.get("gold") == "1"
+    seen = _version()
+    if seen is not None and seen != result.review_version:
+        # Gold holds the answer this page showed, not one reviewed since: look first.
+        now = result.review_version
+        session.rollback()
+        return _page(_result_or_404(result_id), f"This result was reviewed since you opened it (it is at version "
+                     f"{now}, your page showed {seen}), so it was not marked. Look at the answer as it is now, "
+                     "then mark it again.", status=409)
     try:
         set_gold(result, wanted, current_user.id)
     except GoldError as exc:

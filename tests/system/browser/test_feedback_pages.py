@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.structured import seed_structured
-from tests.support.web import sign_in
+from tests.support.web import SPLIT_TOKENS, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -85,4 +85,11 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     candidate = card.locator(f"[data-testid=candidate-{versions.scenario}-d41e9b7702c5]")
     assert "2 / 2" in candidate.locator("tr[data-field='finds.material']").inner_text()
     card.screenshot(path=str(screenshots / "scenario-agreement.png"))
+    # A card a reviewer can take in: prompts folded, the notation explained where it is used,
+    # and no table splits a word or a number across lines ("Resu lts", "1002 0").
+    assert card.locator(f"[data-testid=prompts-{versions.scenario}]").get_attribute("open") is None
+    assert "5 · 71 % 36–92" in card.locator(f"[data-testid=agreement-legend-{versions.scenario}]").inner_text()
+    assert card.bounding_box()["height"] < 1400
+    assert page.evaluate(SPLIT_TOKENS, f"[data-testid=scenario-card-{versions.scenario}], [data-testid=latency]") == []
     assert not errors, errors
+

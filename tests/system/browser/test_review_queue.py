@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.support.structured import seed_structured
-from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER, sign_in
+from tests.support.web import BROWSER_PASSWORD as PASSWORD, BROWSER_REVIEWER as REVIEWER, SPLIT_TOKENS, sign_in
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.browser
@@ -178,6 +178,11 @@ def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, scree
         pages.append(page)
     a, b = pages
 
+    # Save edit sits in one bar with Approve and Reject, in view under the form; numbers are
+    # wide enough to read.
+    approve, save = (a.locator(f"[data-testid={k}-{rid}]").bounding_box() for k in ("approve", "edit"))
+    assert abs(approve["y"] - save["y"]) < 4 and save["y"] + save["height"] <= 1000
+    assert a.locator("[data-testid='field-f/finds/0/confidence']").bounding_box()["width"] >= 120
     a.select_option("[data-testid='field-f/finds/0/material']", "jade")
     a.click(f"[data-testid=edit-{rid}]")
     a.wait_for_selector(".flash")
@@ -191,10 +196,12 @@ def test_two_reviewers_racing_lose_nothing(live_server, reviewer, browser, scree
     assert b.input_value("[data-testid='field-f/finds/0/period']") == "tang"  # B's, kept
     conflict.scroll_into_view_if_needed()
     b.screenshot(path=str(screenshots / "review-conflict.png"))
+    assert b.evaluate(SPLIT_TOKENS, "[data-testid=conflict]") == []  # "bronze", "Before" whole in the narrow conflict tables
     with session_scope() as session:
         assert session.get(Result, rid).edited_parsed["finds"][0]["period"] == "han"  # nothing of B's yet
     b.click(f"[data-testid=edit-{rid}]")
     b.wait_for_selector(".flash")
+    assert b.locator("[data-testid=history] [data-testid=history-reapplied]").count() == 1
     with session_scope() as session:
         result = session.get(Result, rid)
         assert result.edited_parsed["finds"][0] == {**ANSWER["finds"][0], "material": "jade", "period": "tang"}
