@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import moe
-from .adapters import AdapterError, base_modules, module_names, prepare_adapter, read_config
+from .adapters import AdapterError, CacheUnwritable, base_modules, module_names, prepare_adapter, read_config
 
 log = logging.getLogger("engine_patch.registration")
 
@@ -48,7 +48,9 @@ class Registration:
     rank: int | None = None
     modules: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    stage: str = "host"              # "host": files checked; "device": engine checks ran too
+    # "host": files checked; "device": engine checks ran too; "server": not judged, the server
+    # failed (the prepared-adapter cache cannot be written): never cached, never the adapter's verdict
+    stage: str = "host"
     checks: dict[str, Any] = field(default_factory=dict)
 
     def refuse(self, reason: str, stage: str, **checks: Any) -> "Registration":
@@ -123,6 +125,7 @@ class AdapterRegistry:
         self._moe: bool | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
+        self.cache_fault: str | None = None  # the last registration's server fault, for the log and doctor
 
     def base(self) -> dict[str, tuple[int, ...]]:
         if self._base is None:
@@ -139,7 +142,20 @@ class AdapterRegistry:
             hit = self._cache.get(key)
             if hit is not None and fp is not None and hit[0] == fp:
                 return replace(hit[1], name=name)
-            reg = self._register(name, src)
+            try:
+                reg = self._register(name, src)
+            except CacheUnwritable as exc:
+                # The server's fault: logged with the server's path, judged again at the next
+                # registration (so it recovers once the folder is fixed), never cached.
+                log.error("adapter %s (%s): not judged, server fault: %s; fix the folder "
+                          "(VIDLORA_ADAPTER_CACHE_DIR), `vidlora doctor` checks it", name, src, exc)
+                self.cache_fault = str(exc)
+                cause = exc.__cause__ or exc
+                why = getattr(cause, "strerror", None) or type(cause).__name__
+                return Registration(name=name, source=str(src), ok=False, stage="server", reason=(
+                    f"not judged: a server fault, not the adapter's: the prepared-adapter cache cannot be "
+                    f"written ({why}); see the GPU worker's log and `vidlora doctor`"))
+            self.cache_fault = None
             if fp is not None:
                 self._cache[key] = (fp, reg)
             log.log(logging.INFO if reg.ok else logging.WARNING, "adapter %s (%s): %s", name, src,
@@ -163,8 +179,9 @@ class AdapterRegistry:
             prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
             return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
-        except Exception as exc:  # noqa: BLE001 - whatever reading it raises is the adapter's fault
-            # Truncated safetensors, unreadable files.
+        except CacheUnwritable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever else reading it raises is the adapter's fault
             return blank.refuse(clean_reason(f"cannot read the adapter: {type(exc).__name__}: {exc}",
                                              real, src, self.model_path), "host")
         return Registration(name=name, source=str(src), ok=True, digest=prep.digest, path=str(prep.path),
@@ -189,24 +206,30 @@ class AdapterRegistry:
 def registry_for(settings: Any) -> AdapterRegistry:
     """The registry a process builds from vidlora's Settings (model, rank limit, cache dir,
     adapter root and whether links may leave it)."""
-    cache = getattr(settings, "adapter_cache_dir", None) or Path(settings.var_dir) / "prepared-adapters"
-    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache,
+    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache_dir(settings),
                            root=getattr(settings, "adapter_root", None),
                            links_outside_root=bool(getattr(settings, "adapter_links_outside_root", False)))
+
+
+def cache_dir(settings: Any) -> Path:
+    """Where normalised adapters are written: VIDLORA_ADAPTER_CACHE_DIR, else under the var dir."""
+    return Path(getattr(settings, "adapter_cache_dir", None) or Path(settings.var_dir) / "prepared-adapters")
 
 
 def main(argv: list[str] | None = None) -> int:
     """python -m engine_patch.registration --model M --max-rank R ADAPTER...: host-side verdicts."""
     import argparse
-    import tempfile
+
+    from vidlora.config import get_settings
 
     ap = argparse.ArgumentParser(prog="python -m engine_patch.registration")
     ap.add_argument("--model", required=True)
     ap.add_argument("--max-rank", type=int, default=64)
-    ap.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "vidlora-prepared"))
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="default: VIDLORA_ADAPTER_CACHE_DIR, else VIDLORA_VAR_DIR/prepared-adapters")
     ap.add_argument("adapters", nargs="+")
     a = ap.parse_args(argv)
-    reg = AdapterRegistry(a.model, a.max_rank, a.cache_dir)
+    reg = AdapterRegistry(a.model, a.max_rank, a.cache_dir or cache_dir(get_settings()))
     verdicts = [reg.register(Path(p).name, p) for p in a.adapters]
     print(json.dumps([v.as_dict() for v in verdicts], indent=1))
     return 0 if all(v.ok for v in verdicts) else 1

@@ -32,7 +32,7 @@ def peft_adapter(model, out: Path, seed: int, ratio: float = LORA_DELTA_RATIO, *
     weight), saved as PEFT saves it."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **config)
+    cfg = LoraConfig(**{"lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM", **config})
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, cfg, adapter_name="default")
     g = torch.Generator().manual_seed(seed + 1)
