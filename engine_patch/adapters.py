@@ -343,7 +343,7 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
         factor = peft_config.scale(cfg, mod)
         zero_scale |= factor == 0
         b = b * factor
-        parent, leaf = name.rsplit(".", 1)
+        parent, _, leaf = name.rpartition(".")
         twin = (origin.get(f"{parent}.in_proj_qkv") if leaf in _SPLIT_QKV else
                 next((origin[f"{parent}.{s}"] for s in _SPLIT_QKV if f"{parent}.{s}" in origin), None)
                 if leaf == "in_proj_qkv" else None) or origin.get(name)
