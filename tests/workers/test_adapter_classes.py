@@ -245,6 +245,49 @@ def test_a_config_edited_in_place_is_judged_again_on_a_running_worker(host, clas
     assert all(".layers.0." in m for m in again.modules)  # the edited config is what is served
 
 
+def test_what_peft_refuses_is_refused_with_peft_s_reason(classes, served, model_dir):
+    """The classes refused because PEFT itself refuses them: PeftModel.from_pretrained raises
+    on each (so serving them would serve what PEFT never computes)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    from tests.support.adapter_classes import PEFT_REFUSES
+
+    for name, error in PEFT_REFUSES.items():
+        assert not served["host"].registrations()[name]["ok"], name
+        model = AutoModelForImageTextToText.from_pretrained(str(model_dir / "base"), dtype=torch.float32)
+        with pytest.raises(error):
+            PeftModel.from_pretrained(model, str(classes[name].path))
+
+
+def test_an_unwritable_cache_is_the_servers_fault_on_a_running_worker(host, classes, tmp_path):
+    """The prepared-adapter cache under a file: the adapter is not judged (stage "server"), its
+    requests fail as the server's fault without an engine step, nothing is cached, and once the
+    folder is fixed the same adapter is registered and served."""
+    import shutil
+
+    path = tmp_path / "cache-fault"
+    shutil.copytree(classes["canonical"].path, path)
+    blocker, cache = tmp_path / "blocker", host.adapters.cache_dir
+    blocker.write_text("a file where the cache folder should be")
+    host.adapters.cache_dir = blocker / "prepared"
+    try:
+        bad = host.register_adapter("cache-fault", str(path))
+        assert not bad.ok and bad.stage == "server" and bad.digest is None
+        assert bad.reason.startswith("not judged: a server fault, not the adapter's") and str(tmp_path) not in bad.reason
+        assert host.registrations()["cache-fault"]["stage"] == "server"
+        [out] = host.generate([request("cache-fault", "cache-fault", path)])
+        assert out.error == f"adapter 'cache-fault' not served now: {bad.reason}" and not out.token_ids
+        blocker.unlink()  # fixed: the same files are judged again, not the cached fault
+        good = host.register_adapter("cache-fault", str(path))
+        assert good.ok and good.stage == "device", good.reason
+        [out] = host.generate([request("cache-fault-2", "cache-fault", path)])
+        assert out.error is None and out.token_ids
+    finally:
+        host.adapters.cache_dir = cache
+
+
 # -- random PEFT configs: equal to PEFT, or refused with a named reason ----------------------
 
 _LEAVES = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "k_proj", "v_proj",
