@@ -149,7 +149,7 @@ def _media(settings: Settings) -> list[Check]:
 def _adapter_cache(settings: Settings) -> list[Check]:
     """The folder registration writes normalised adapters to: a server fault there must show
     here as the server's, never as a verdict on an adapter."""
-    root = Path(settings.adapter_cache_dir or settings.var_dir / "prepared-adapters")
+    root = Path(settings.adapter_cache_dir)  # Settings defaults it under the var dir
     fix = ("make VIDLORA_ADAPTER_CACHE_DIR (default: VIDLORA_VAR_DIR/prepared-adapters) a writable folder "
            "with free space on each GPU worker")
     try:

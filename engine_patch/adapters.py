@@ -41,9 +41,19 @@ class AdapterError(ValueError):
     """The adapter cannot be served correctly; the message names the module and why."""
 
 
-class CacheUnwritable(OSError):
-    """The server cannot write the prepared-adapter cache (a path under a file, a read-only or
-    full disk): the server's fault, never the adapter's verdict."""
+class ServerFault(OSError):
+    """The server failed, not the adapter: ``what`` says what (in words without a server path),
+    the message adds where, for the log. Never an adapter's verdict."""
+
+    def __init__(self, what: str, where: Path | str, exc: BaseException) -> None:
+        self.what = what
+        strerror = getattr(exc, "strerror", None)
+        self.short = type(exc).__name__ + (f": {strerror}" if strerror else "")  # no path: for users
+        super().__init__(f"{what}: {where}: {type(exc).__name__}: {strerror or exc}")
+
+
+class CacheUnwritable(ServerFault):
+    """The prepared-adapter cache cannot be written (a path under a file, a read-only or full disk)."""
 
 
 @dataclass(slots=True)
@@ -287,16 +297,20 @@ class BaseTensors:
     def __call__(self, key: str) -> torch.Tensor | None:
         from safetensors import safe_open
 
-        if self._where is None:
-            self._where = {}
-            for f in sorted(self.model_path.glob("*.safetensors")):
-                with safe_open(str(f), framework="pt") as sf:
-                    self._where.update((k, f) for k in sf.keys())
-        f = self._where.get(key)
-        if f is None:
-            return None
-        with safe_open(str(f), framework="pt") as sf:
-            return sf.get_tensor(key)
+        try:
+            if self._where is None:
+                where: dict[str, Path] = {}
+                for f in sorted(self.model_path.glob("*.safetensors")):
+                    with safe_open(str(f), framework="pt") as sf:
+                        where.update((k, f) for k in sf.keys())
+                self._where = where
+            f = self._where.get(key)
+            if f is None:
+                return None
+            with safe_open(str(f), framework="pt") as sf:
+                return sf.get_tensor(key)
+        except Exception as exc:  # noqa: BLE001 - the base model's files: the server's
+            raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
 
 
 def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple[int, ...]],
@@ -495,8 +509,6 @@ def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
             shutil.rmtree(dst, ignore_errors=True)
             tmp.rename(dst)
         except Exception as exc:  # noqa: BLE001 - a path under a file, read-only or full: the server's
-            why = getattr(exc, "strerror", None) or str(exc)
-            raise CacheUnwritable(f"the prepared-adapter cache {cache_dir} cannot be written: "
-                                  f"{type(exc).__name__}: {why}") from exc
+            raise CacheUnwritable("the prepared-adapter cache cannot be written", cache_dir, exc) from exc
     return PreparedAdapter(name=src.name, path=dst, source=src, rank=rank,
                            modules=sorted(mods), digest=ident, notes=notes)

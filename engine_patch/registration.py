@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import moe
-from .adapters import AdapterError, CacheUnwritable, base_modules, module_names, prepare_adapter, read_config
+from .adapters import AdapterError, ServerFault, base_modules, module_names, prepare_adapter, read_config
 
 log = logging.getLogger("engine_patch.registration")
 
@@ -125,11 +125,14 @@ class AdapterRegistry:
         self._moe: bool | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
-        self.cache_fault: str | None = None  # the last registration's server fault, for the log and doctor
+        self.server_fault: str | None = None  # the last registration's server fault (with its path)
 
     def base(self) -> dict[str, tuple[int, ...]]:
         if self._base is None:
-            self._base = base_modules(self.model_path)
+            try:
+                self._base = base_modules(self.model_path)
+            except Exception as exc:  # noqa: BLE001 - the served model, not the adapter
+                raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
         return self._base
 
     def register(self, name: str, source: str | Path) -> Registration:
@@ -144,18 +147,16 @@ class AdapterRegistry:
                 return replace(hit[1], name=name)
             try:
                 reg = self._register(name, src)
-            except CacheUnwritable as exc:
+            except ServerFault as exc:
                 # The server's fault: logged with the server's path, judged again at the next
                 # registration (so it recovers once the folder is fixed), never cached.
-                log.error("adapter %s (%s): not judged, server fault: %s; fix the folder "
-                          "(VIDLORA_ADAPTER_CACHE_DIR), `vidlora doctor` checks it", name, src, exc)
-                self.cache_fault = str(exc)
-                cause = exc.__cause__ or exc
-                why = getattr(cause, "strerror", None) or type(cause).__name__
-                return Registration(name=name, source=str(src), ok=False, stage="server", reason=(
-                    f"not judged: a server fault, not the adapter's: the prepared-adapter cache cannot be "
-                    f"written ({why}); see the GPU worker's log and `vidlora doctor`"))
-            self.cache_fault = None
+                log.error("adapter %s (%s): not judged, server fault: %s (`vidlora doctor` checks the "
+                          "prepared-adapter cache, VIDLORA_ADAPTER_CACHE_DIR)", name, src, exc)
+                self.server_fault = str(exc)
+                reason = (f"not judged: a server fault, not the adapter's: {exc.what} ({exc.short}); "
+                          "see the GPU worker's log and `vidlora doctor`")
+                return Registration(name=name, source=str(src), ok=False, stage="server", reason=reason)
+            self.server_fault = None
             if fp is not None:
                 self._cache[key] = (fp, reg)
             log.log(logging.INFO if reg.ok else logging.WARNING, "adapter %s (%s): %s", name, src,
@@ -179,7 +180,7 @@ class AdapterRegistry:
             prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
             return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
-        except CacheUnwritable:
+        except ServerFault:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever else reading it raises is the adapter's fault
             return blank.refuse(clean_reason(f"cannot read the adapter: {type(exc).__name__}: {exc}",
@@ -191,7 +192,10 @@ class AdapterRegistry:
         """On a mixture-of-experts base, why the adapter is not served on this vLLM and device
         (engine_patch.moe: expert LoRA and unverified MoE LoRA are refused, never silent)."""
         if self._moe is None:
-            self._moe = moe.is_moe(self.model_path)
+            try:
+                self._moe = moe.is_moe(self.model_path)
+            except Exception as exc:  # noqa: BLE001 - the served model's config, not the adapter
+                raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
         if not self._moe:
             return None
         return moe.refusal(read_config(real), module_names(real))

@@ -79,10 +79,16 @@ def test_an_unwritable_cache_is_a_server_fault_judged_again_once_fixed(model, fu
     assert not bad.ok and bad.stage == "server" and bad.digest is None
     assert bad.reason.startswith("not judged: a server fault, not the adapter's: the prepared-adapter cache")
     assert str(tmp_path) not in bad.reason and "vidlora doctor" in bad.reason
-    assert str(parent / "prepared") in caplog.text and reg.cache_fault
+    assert str(parent / "prepared") in caplog.text and reg.server_fault
     if fault == "under a file":
         parent.unlink()
     else:
         parent.chmod(0o700)
     good = reg.register("a", src)
-    assert good.ok and good.stage == "host" and reg.cache_fault is None
+    assert good.ok and good.stage == "host" and reg.server_fault is None
+
+
+def test_a_base_model_that_cannot_be_read_is_a_server_fault(full, tmp_path):
+    reg = AdapterRegistry(tmp_path / "no-model", 16, tmp_path / "prepared").register("a", full)
+    assert not reg.ok and reg.stage == "server" and str(tmp_path) not in reg.reason
+    assert reg.reason.startswith("not judged: a server fault, not the adapter's: the base model cannot be read")
