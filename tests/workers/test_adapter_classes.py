@@ -74,19 +74,27 @@ def oracle(host, classes, served, model_dir):
     """transformers + PEFT, fp32, teacher-forced on each served output: {class: scores}."""
     tok = host.tokenizer
     prompt_ids = tok(build_prompt(tok, request("p", None, None)), add_special_tokens=False)["input_ids"]
-    oracles = sorted({str(c.oracle) for c in classes.values() if c.oracle})
-    ref = Reference(model_dir / "base", [Path(p) for p in oracles], "cpu", "float32")
+    import json as _json
 
-    def score(out, adapter_index):
+    oracles = sorted({str(c.oracle) for c in classes.values() if c.oracle})
+    # PEFT holds one adapter with bias != "none" per model: those get a PEFT model each.
+    own = [p for p in oracles if _json.loads((Path(p) / "adapter_config.json").read_text()).get("bias", "none") != "none"]
+    shared = [p for p in oracles if p not in own]
+    ref = Reference(model_dir / "base", [Path(p) for p in shared], "cpu", "float32")
+    where = {p: (ref, shared.index(p)) for p in shared}
+    where.update({p: (Reference(model_dir / "base", [Path(p)], "cpu", "float32"), 0) for p in own})
+
+    def score(out, oracle_path):
         assert out.prompt_tokens == len(prompt_ids)
-        lp = ref.score(prompt_ids + list(out.token_ids), adapter_index)["lp"][-len(out.token_ids):]
+        r, index = where[oracle_path] if oracle_path else (ref, None)
+        lp = r.score(prompt_ids + list(out.token_ids), index)["lp"][-len(out.token_ids):]
         return {"lp": lp, "top": [0] * len(lp)}
 
     alone = served["alone"]
     res = {None: score(alone[None], None)}
     for name, c in classes.items():
         if c.oracle:
-            res[name] = score(alone[name], oracles.index(str(c.oracle)))
+            res[name] = score(alone[name], str(c.oracle))
             res[(name, "base")] = score(alone[name], None)  # the base model on the same tokens
     return res
 
