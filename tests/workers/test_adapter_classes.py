@@ -77,8 +77,13 @@ def oracle(host, classes, served, model_dir):
     import json as _json
 
     oracles = sorted({str(c.oracle) for c in classes.values() if c.oracle})
-    # PEFT holds one adapter with bias != "none" per model: those get a PEFT model each.
-    own = [p for p in oracles if _json.loads((Path(p) / "adapter_config.json").read_text()).get("bias", "none") != "none"]
+    def alone_in_peft(path: str) -> bool:
+        # PEFT holds one adapter with bias != "none" per model, and cannot wrap a parameter of a
+        # layer another adapter made a LoRA layer: those get a PEFT model each.
+        cfg = _json.loads((Path(path) / "adapter_config.json").read_text())
+        return cfg.get("bias", "none") != "none" or bool(cfg.get("target_parameters"))
+
+    own = [p for p in oracles if alone_in_peft(p)]
     shared = [p for p in oracles if p not in own]
     ref = Reference(model_dir / "base", [Path(p) for p in shared], "cpu", "float32")
     where = {p: (ref, shared.index(p)) for p in shared}
