@@ -126,6 +126,9 @@ def _adapter_check(scenario, settings: Settings) -> Check:
         from engine_patch.registration import registry_for
 
         reg = registry_for(settings).register(scenario.name, scenario.adapter_path)
+        if reg.stage == "server":
+            return Check(name, False, reg.reason or "not judged: a server fault",
+                         "make the prepared-adapter cache writable (see the 'adapter cache' check)")
         if not reg.ok:
             return Check(name, False, f"refused: {reg.reason}"[:400], fix)
         return Check(name, True, f"{scenario.adapter_status} on the GPU workers; normalised digest {reg.digest}, "
@@ -145,6 +148,23 @@ def _media(settings: Settings) -> list[Check]:
         return [Check("media store", False, f"{root}: {exc.strerror}", "make the media root writable by the workers")]
     free_gb = shutil.disk_usage(root).free / 1e9
     return [Check("media store", free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", "free disk space")]
+
+
+def _adapter_cache(settings: Settings) -> list[Check]:
+    """The folder registration writes normalised adapters to: a server fault there must show
+    here as the server's, never as a verdict on an adapter."""
+    root = Path(settings.adapter_cache_dir)  # Settings defaults it under the var dir
+    fix = ("make VIDLORA_ADAPTER_CACHE_DIR (default: VIDLORA_VAR_DIR/prepared-adapters) a writable folder "
+           "with free space on each GPU worker")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".doctor-write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return [Check("adapter cache", False, f"{root}: {type(exc).__name__}: {exc.strerror or exc}", fix)]
+    free_gb = shutil.disk_usage(root).free / 1e9
+    return [Check("adapter cache", free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", fix)]
 
 
 def _tools() -> list[Check]:
@@ -281,8 +301,8 @@ def _proxy(settings: Settings) -> list[Check]:
 
 
 def run_checks(settings: Settings) -> list[Check]:
-    checks = (_database(settings) + _broker(settings) + _proxy(settings) + _media(settings) + _tools() + _gpu()
-              + _engine_support())
+    checks = (_database(settings) + _broker(settings) + _proxy(settings) + _media(settings)
+              + _adapter_cache(settings) + _tools() + _gpu() + _engine_support())
     if checks[0].ok:
         checks += _workers_and_adapters(settings)
     return checks

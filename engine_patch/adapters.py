@@ -41,6 +41,21 @@ class AdapterError(ValueError):
     """The adapter cannot be served correctly; the message names the module and why."""
 
 
+class ServerFault(OSError):
+    """The server failed, not the adapter: ``what`` says what (in words without a server path),
+    the message adds where, for the log. Never an adapter's verdict."""
+
+    def __init__(self, what: str, where: Path | str, exc: BaseException) -> None:
+        self.what = what
+        strerror = getattr(exc, "strerror", None)
+        self.short = type(exc).__name__ + (f": {strerror}" if strerror else "")  # no path: for users
+        super().__init__(f"{what}: {where}: {type(exc).__name__}: {strerror or exc}")
+
+
+class CacheUnwritable(ServerFault):
+    """The prepared-adapter cache cannot be written (a path under a file, a read-only or full disk)."""
+
+
 @dataclass(slots=True)
 class PreparedAdapter:
     name: str
@@ -102,6 +117,7 @@ def _lm_prefix(base: dict[str, tuple[int, ...]]) -> str:
 # vision-language class (transformers >= 4.52), its older layout, and the text-only class.
 _LM_SPELLINGS = ("model.language_model.", "language_model.model.", "language_model.", "model.", "")
 _MTP = re.compile(r"(^|\.)mtp\.")
+OUTPUT_LAYER = "lm_head"
 
 
 def place(module: str, lm_prefix: str, allow_tower: bool = False) -> str:
@@ -115,11 +131,19 @@ def place(module: str, lm_prefix: str, allow_tower: bool = False) -> str:
     if _MTP.search(module):
         raise AdapterError(f"module {module}: multi-token-prediction (MTP) module; the engine serves "
                            "LoRA on the language model's layers only")
+    if module == OUTPUT_LAYER or any(module == p + OUTPUT_LAYER for p in _LM_SPELLINGS):
+        return OUTPUT_LAYER  # the output layer, top level in every served checkpoint
     for prefix in dict.fromkeys((lm_prefix, *_LM_SPELLINGS)):
         if module.startswith(prefix) and re.match(r"layers\.\d+\.[^.]", module[len(prefix):]):
             return lm_prefix + module[len(prefix):]
     raise AdapterError(f"module {module}: not a module of the served language model "
-                       "(LoRA is served on its layers.N.* linear layers only)")
+                       "(LoRA is served on its layers.N.* linear layers and its output layer lm_head only)")
+
+
+def unreadable(file: str, exc: BaseException) -> AdapterError:
+    """A file of the adapter that cannot be read, named (relative to the adapter) with why."""
+    why = getattr(exc, "strerror", None) if isinstance(exc, OSError) else None
+    return AdapterError(f"{file} cannot be read: {type(exc).__name__}: {why or exc}")
 
 
 def _load_weights(src: Path) -> dict[str, torch.Tensor]:
@@ -127,16 +151,24 @@ def _load_weights(src: Path) -> dict[str, torch.Tensor]:
     if st.exists():
         from safetensors.torch import load_file
 
-        return load_file(str(st))
+        try:
+            return load_file(str(st))
+        except Exception as exc:  # noqa: BLE001 - truncated, corrupt or unreadable: the file's fault
+            raise unreadable(st.name, exc) from None
     if bin_.exists():
         import pickle
 
         try:
-            return torch.load(str(bin_), map_location="cpu", weights_only=True)
+            weights = torch.load(str(bin_), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             # PyTorch's own message advises loading unsafely; the reason must not.
             raise AdapterError("adapter_model.bin: a pickle that needs code to load (only plain tensors are "
                                "read); save the adapter as adapter_model.safetensors") from None
+        except Exception as exc:  # noqa: BLE001 - truncated or unreadable
+            raise unreadable(bin_.name, exc) from None
+        if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+            raise AdapterError("adapter_model.bin: not a dictionary of tensors")
+        return weights
     raise AdapterError("no adapter_model.safetensors or adapter_model.bin")
 
 
@@ -147,41 +179,150 @@ def module_names(src: Path) -> list[str]:
     if st.exists():
         from safetensors import safe_open
 
-        with safe_open(str(st), framework="pt") as sf:
-            keys = list(sf.keys())
+        try:
+            with safe_open(str(st), framework="pt") as sf:
+                keys = list(sf.keys())
+        except Exception as exc:  # noqa: BLE001 - the file's fault, named
+            raise unreadable(st.name, exc) from None
     else:
         keys = list(_load_weights(Path(src)))
     return sorted({m.group("mod") for k in keys if (m := _KEY.match(k))})
 
 
-def _pairs(weights: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
-    """Adapter module (named as trained, without PEFT's ``base_model.model.``) -> {"A", "B"}."""
+_PEFT_PREFIX = "base_model.model."
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown(key: str) -> str:
+    """A tensor key or module as a reason shows it: without PEFT's ``base_model.model.``, its
+    control characters escaped (a newline in a key must not break the reason's line)."""
+    if key.startswith(_PEFT_PREFIX):
+        key = key[len(_PEFT_PREFIX):]
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], key)
+
+
+def _pairs(weights: dict[str, torch.Tensor]) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
+    """Adapter module (named as trained, without PEFT's ``base_model.model.``) -> {"A", "B"},
+    and the other tensors (key without the prefix -> tensor), for `_extras` to judge."""
     if not weights:
         raise AdapterError("adapter has no tensors: it would load and change nothing")
     pairs: dict[str, dict[str, torch.Tensor]] = {}
+    extras: dict[str, torch.Tensor] = {}
     for key, t in weights.items():
         m = _KEY.match(key)
         if not m:
-            what = ("a LoRA bias" if ".lora_B.bias" in key or ".lora_A.bias" in key else
-                    "an embedding LoRA (vLLM serves none on this model)" if "lora_embedding_" in key else
-                    "a DoRA magnitude vector" if "lora_magnitude_vector" in key else
-                    "not a LoRA A/B weight")
-            raise AdapterError(f"module {key.rsplit('.lora_', 1)[0]}: tensor {key!r} is {what}")
+            extras[key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key] = t
+            continue
         ab = pairs.setdefault(m.group("mod"), {})
         if m.group("ab") in ab:
             raise AdapterError(f"module {m.group('mod')}: lora_{m.group('ab')} is given twice")
         ab[m.group("ab")] = t
-    return pairs
+    return pairs, extras
+
+
+# Tensors PEFT saves beside A and B that only training reads (the forward at inference is a
+# plain LoRA's): marker in the key -> the config field that makes PEFT write them.
+_TRAINING_ONLY = {".lora_velora_embed": "velora_config", ".lora_monteclora_sampler.": "monteclora_config"}
+# Copies of base parameters PEFT may save (bias="all"/"lora_only"; the output layer's weight
+# when lm_head is a target): suffix -> what the module's base parameter is called.
+_BASE_COPIES = (".base_layer.weight", ".bias")
+
+
+def _extras(extras: dict[str, torch.Tensor], cfg: dict, base_tensor, lm_prefix: str) -> list[str]:
+    """Judge the tensors that are no LoRA A/B weight: left out (with a note) where they change
+    nothing at inference, else refused by name. A saved copy of a base parameter changes
+    nothing only if it equals the base model's (it then loads as what is already there)."""
+    inert: dict[str, list[str]] = {}
+    copies: list[str] = []
+    for name, t in sorted(extras.items()):
+        field = next((f for marker, f in _TRAINING_ONLY.items() if marker in name), None)
+        if field and cfg.get(field):
+            inert.setdefault(field, []).append(name)
+            continue
+        suffix = next((x for x in _BASE_COPIES if name.endswith(x)), None)
+        if suffix is None or "lora_" in name:
+            what = ("a LoRA bias" if ".lora_B.bias" in name or ".lora_A.bias" in name else
+                    "an embedding LoRA (vLLM serves none on this model)" if "lora_embedding_" in name else
+                    "a DoRA magnitude vector" if "lora_magnitude_vector" in name else
+                    "not a LoRA A/B weight")
+            where = f"module {shown(name.rsplit('.lora_', 1)[0])}: " if ".lora_" in name else ""
+            raise AdapterError(f"{where}tensor {shown(name)} is {what}")
+        module = name[: -len(suffix)]
+        param = "bias" if suffix == ".bias" else "weight"
+        ref = _base_copy(module, param, base_tensor, lm_prefix)
+        if ref is not None and tuple(ref.shape) == tuple(t.shape) and torch.equal(ref.float(), t.float()):
+            copies.append(name)
+            continue
+        bias = cfg.get("bias", "none")
+        if param == "bias" and bias != "none":
+            raise AdapterError(f"config bias: bias={bias!r} saved the base bias {shown(name)}, which differs from "
+                               "the base model's (trained): vLLM ignores trained base biases")
+        raise AdapterError(f"module {shown(module)}: tensor {shown(name)} is a copy of its base {param} that differs "
+                           "from the base model's (trained, or a resized vocabulary): vLLM ignores it")
+    notes = [f"left out, as only training reads them ({field}; inference is a plain LoRA): {_few(names)}"
+             for field, names in inert.items()]
+    if copies:
+        notes.append(f"left out, unchanged copies of base parameters: {_few(copies)}")
+    return notes
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(shown(n) for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _base_copy(module: str, param: str, base_tensor, lm_prefix: str) -> torch.Tensor | None:
+    """The base model's ``param`` of the adapter's ``module`` (named as trained), or None."""
+    if base_tensor is None:
+        return None
+    names = [module]
+    try:
+        names.append(place(module, lm_prefix, allow_tower=True))
+    except AdapterError:
+        pass
+    for name in dict.fromkeys(names):
+        ref = base_tensor(f"{name}.{param}")
+        if ref is not None:
+            return ref
+    return None
+
+
+class BaseTensors:
+    """Tensors of the base checkpoint by name, read on demand from its safetensors (headers
+    indexed once); None for a name it lacks or a config-only model."""
+
+    def __init__(self, model_path: Path) -> None:
+        self.model_path = Path(model_path)
+        self._where: dict[str, Path] | None = None
+
+    def __call__(self, key: str) -> torch.Tensor | None:
+        from safetensors import safe_open
+
+        try:
+            if self._where is None:
+                where: dict[str, Path] = {}
+                for f in sorted(self.model_path.glob("*.safetensors")):
+                    with safe_open(str(f), framework="pt") as sf:
+                        where.update((k, f) for k in sf.keys())
+                self._where = where
+            f = self._where.get(key)
+            if f is None:
+                return None
+            with safe_open(str(f), framework="pt") as sf:
+                return sf.get_tensor(key)
+        except Exception as exc:  # noqa: BLE001 - the base model's files: the server's
+            raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
 
 
 def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple[int, ...]],
-              max_rank: int, allow_tower: bool = False) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
+              max_rank: int, allow_tower: bool = False,
+              base_tensor=None) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
     """-> {checkpoint module: (A [r,in], B_scaled [out,r])}, notes. Pure; unit-testable.
 
     Exactly what ``PeftModel.from_pretrained`` applies: the config decides which tensors are
     LoRA layers (the others are left out, as PEFT leaves them out, and named in the notes),
     their rank and their scale; each applied module is placed by the model's module tree and
-    may be adapted once."""
+    may be adapted once. ``base_tensor`` (name -> the base checkpoint's tensor, or None) lets
+    saved copies of base parameters be checked unchanged; without it they are refused."""
     why = peft_config.refusal(cfg)
     if why:
         raise AdapterError(why)
@@ -192,12 +333,17 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
     split: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
     ignored: list[str] = []
     zero_scale = False
-    for mod, ab in sorted(_pairs(weights).items()):
+    pairs, extras = _pairs(weights)
+    notes += _extras(extras, cfg, base_tensor, lm_prefix)
+    for mod, ab in sorted(pairs.items()):
         if not peft_config.targets(cfg, mod):
             ignored.append(mod)
             continue
         if set(ab) != {"A", "B"}:
             raise AdapterError(f"module {mod}: has lora_{''.join(ab)} but not both A and B")
+        if peft_config.by_parameter(cfg, mod) and peft_config.by_module(cfg, mod):
+            raise AdapterError(f"module {mod}: targeted by both target_modules and config target_parameters "
+                               "(PEFT nests two LoRAs on it; one pair of tensors cannot hold both)")
         a, b = ab["A"].float(), ab["B"].float()
         if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
             raise AdapterError(f"module {mod}: A {tuple(a.shape)} and B {tuple(b.shape)} do not form a LoRA pair")
@@ -211,7 +357,7 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
         factor = peft_config.scale(cfg, mod)
         zero_scale |= factor == 0
         b = b * factor
-        parent, leaf = name.rsplit(".", 1)
+        parent, _, leaf = name.rpartition(".")
         twin = (origin.get(f"{parent}.in_proj_qkv") if leaf in _SPLIT_QKV else
                 next((origin[f"{parent}.{s}"] for s in _SPLIT_QKV if f"{parent}.{s}" in origin), None)
                 if leaf == "in_proj_qkv" else None) or origin.get(name)
@@ -244,9 +390,14 @@ def normalise(weights: dict[str, torch.Tensor], cfg: dict, base: dict[str, tuple
         notes.append(f"{parent}: merged {sorted(parts)} into in_proj_qkv (rank {out[target][0].shape[0]})")
     for name, (a, b) in out.items():
         if name not in base:
+            if name == OUTPUT_LAYER:
+                raise AdapterError(f"module {origin[name]}: the base model has no separate output layer weight "
+                                   "(it is tied to the input embeddings)")
             raise AdapterError(f"module {origin[name]}: no such weight in the base model")
         if len(base[name]) != 2:
-            raise AdapterError(f"module {origin[name]}: not a linear layer (its base weight has shape {base[name]})")
+            by = " (targeted by config target_parameters)" if peft_config.by_parameter(cfg, origin[name]) else ""
+            raise AdapterError(f"module {origin[name]}{by}: not a linear layer (its base weight has shape "
+                               f"{base[name]}); vLLM serves LoRA on linear layers only")
         o, i = base[name]
         if a.shape[1] != i or b.shape[0] != o:
             raise AdapterError(f"module {origin[name]}: LoRA maps {a.shape[1]}->{b.shape[0]}, base weight is {i}->{o}")
@@ -310,8 +461,14 @@ def read_config(src: Path) -> dict:
         raise AdapterError("no adapter_config.json (not a PEFT adapter)") from None
     except ValueError as exc:
         raise AdapterError(f"adapter_config.json is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise unreadable("adapter_config.json", exc) from None
     if not isinstance(cfg, dict):
         raise AdapterError("adapter_config.json is not a JSON object")
+    if "peft_type" not in cfg:
+        # PeftConfig.from_pretrained cannot tell the adapter's kind without it (KeyError).
+        raise AdapterError('adapter_config.json has no peft_type: PEFT cannot tell which kind of adapter it is '
+                           'and refuses to load it; a LoRA adapter says "peft_type": "LORA"')
     return cfg
 
 
@@ -324,30 +481,34 @@ def prepare_adapter(src: Path, model_path: Path, max_rank: int, cache_dir: Path,
     src, model_path, cache_dir = Path(src), Path(model_path), Path(cache_dir)
     cfg = read_config(src)
     mods, notes = normalise(_load_weights(src), cfg, base if base is not None else base_modules(model_path),
-                            max_rank, allow_tower)
+                            max_rank, allow_tower, base_tensor=BaseTensors(model_path))
     ident = digest(mods, cfg)
     rank = max(a.shape[0] for a, _ in mods.values())
     dst = cache_dir / f"{src.name}-{ident}"
     if not (dst / "adapter_model.safetensors").exists():
-        from safetensors.torch import save_file
+        try:
+            from safetensors.torch import save_file
 
-        tmp = dst.with_name(dst.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        tensors = {}
-        for name, (a, b) in mods.items():
-            tensors[f"base_model.model.{name}.lora_A.weight"] = a.to(dtype).contiguous()
-            tensors[f"base_model.model.{name}.lora_B.weight"] = b.to(dtype).contiguous()
-        save_file(tensors, str(tmp / "adapter_model.safetensors"))
-        leaves = sorted({n.rsplit(".", 1)[-1] for n in mods})
-        dropped = ("rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern")
-        new_cfg = {k: v for k, v in cfg.items() if k not in dropped}
-        # What PEFT applies is in the tensors now: scales folded into B (vLLM's lora_alpha / r
-        # must be exactly 1), targets the modules written, a plain LoRA init.
-        new_cfg.update(r=rank, lora_alpha=rank, use_rslora=False, target_modules=leaves, exclude_modules=None,
-                       init_lora_weights=True, vidlora_source=str(src), vidlora_digest=ident)
-        (tmp / "adapter_config.json").write_text(json.dumps(new_cfg, indent=2, sort_keys=True))
-        shutil.rmtree(dst, ignore_errors=True)
-        tmp.rename(dst)
+            tmp = dst.with_name(dst.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            tensors = {}
+            for name, (a, b) in mods.items():
+                tensors[f"base_model.model.{name}.lora_A.weight"] = a.to(dtype).contiguous()
+                tensors[f"base_model.model.{name}.lora_B.weight"] = b.to(dtype).contiguous()
+            save_file(tensors, str(tmp / "adapter_model.safetensors"))
+            leaves = sorted({n.rsplit(".", 1)[-1] for n in mods})
+            dropped = ("rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern",
+                       "target_parameters", "velora_config", "monteclora_config")
+            new_cfg = {k: v for k, v in cfg.items() if k not in dropped}
+            # What PEFT applies is in the tensors now: scales folded into B (vLLM's lora_alpha / r
+            # must be exactly 1), targets the modules written, a plain LoRA init.
+            new_cfg.update(r=rank, lora_alpha=rank, use_rslora=False, target_modules=leaves, exclude_modules=None,
+                           bias="none", init_lora_weights=True, vidlora_source=str(src), vidlora_digest=ident)
+            (tmp / "adapter_config.json").write_text(json.dumps(new_cfg, indent=2, sort_keys=True))
+            shutil.rmtree(dst, ignore_errors=True)
+            tmp.rename(dst)
+        except Exception as exc:  # noqa: BLE001 - a path under a file, read-only or full: the server's
+            raise CacheUnwritable("the prepared-adapter cache cannot be written", cache_dir, exc) from exc
     return PreparedAdapter(name=src.name, path=dst, source=src, rank=rank,
                            modules=sorted(mods), digest=ident, notes=notes)

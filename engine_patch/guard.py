@@ -144,7 +144,7 @@ def check_output(token_ids: Sequence[int], logprobs: Sequence[float | None] | No
     if nonfinite:
         reason = f"non-finite logprobs ({nonfinite})"
     elif best >= max_token0_run:
-        reason = f"token-0 run of {best}"
+        reason = f"token id 0 generated {best} times in a row"
     elif all_bang:
         reason = "all-'!' text"
     elif repetition and long_enough and top / n >= max_repeat_frac:

@@ -25,7 +25,6 @@ _UNSERVABLE = {
     "lora_bias": "LoRA bias terms (lora_bias) are not applied by vLLM",
     "modules_to_save": "fully trained modules (modules_to_save) would be ignored by vLLM",
     "trainable_token_indices": "trained token embeddings (trainable_token_indices) would be ignored by vLLM",
-    "target_parameters": "LoRA on raw parameters (target_parameters) is not supported by vLLM",
     "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens) is not supported by vLLM",
     "use_qalora": "QA-LoRA pooling (use_qalora) is not supported by vLLM",
     "use_bdlora": "block-diagonal LoRA (use_bdlora) is not supported by vLLM",
@@ -42,8 +41,8 @@ def refusal(cfg: dict[str, Any]) -> str | None:
     """Why no engine can serve what PEFT computes for this config (naming the field), or None."""
     if cfg.get("peft_type", "LORA") != "LORA":
         return f"config peft_type: {cfg.get('peft_type')!r} is not LORA"
-    if cfg.get("bias", "none") != "none":
-        return f"config bias: bias={cfg.get('bias')!r} trains base biases, which vLLM ignores"
+    # bias="all"/"lora_only" is judged by what the file holds (adapters._extras): on a base
+    # without linear biases it saves none, or unchanged copies, and is a plain LoRA.
     for key, why in _UNSERVABLE.items():
         if cfg.get(key):
             return f"config {key}: {why}"
@@ -53,14 +52,26 @@ def refusal(cfg: dict[str, Any]) -> str | None:
                 "(PiSSA, OLoRA, CorDA and LoftQ do), so on the served base it computes something else; "
                 "convert it to a plain LoRA with PEFT's save_pretrained(path_initial_model_for_weight_conversion=...)")
     targets = cfg.get("target_modules")
-    if not targets:
+    params = cfg.get("target_parameters") or []
+    if not targets and not params:
         return "config target_modules is empty: PEFT would not know which modules the adapter adapts"
+    for param in params:
+        if not isinstance(param, str) or not param.endswith(".weight"):
+            return (f"config target_parameters: {param!r} is not a linear layer's weight; vLLM serves LoRA on "
+                    "linear layers only")
+    alphas = {"lora_alpha": cfg.get("lora_alpha", PEFT_DEFAULT_ALPHA),
+              **{f"alpha_pattern[{k!r}]": v for k, v in (cfg.get("alpha_pattern") or {}).items()}}
+    for name, value in alphas.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            # PEFT divides it by r when it builds the layer: a string or null raises TypeError.
+            return (f"config {name}: {value!r} is not a number; PEFT refuses the adapter (TypeError when it "
+                    "computes the scale lora_alpha / r)")
     ranks = {"r": cfg.get("r", PEFT_DEFAULT_R),
              **{f"rank_pattern[{k!r}]": v for k, v in (cfg.get("rank_pattern") or {}).items()}}
     for name, value in ranks.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             return f"config {name}: {value!r} is not a positive rank"
-    if isinstance(targets, str):
+    if isinstance(targets, str) and targets:
         for field in ("layers_to_transform", "layers_pattern"):
             if cfg.get(field) is not None:
                 return f"config {field} cannot be used when target_modules is a regular expression (PEFT refuses the config)"
@@ -88,8 +99,21 @@ def _named(names, key: str) -> bool:
     return key in names or any(key.endswith(f".{n}") for n in names)
 
 
+def by_parameter(cfg: dict[str, Any], key: str) -> bool:
+    """Does ``target_parameters`` name module ``key``'s weight? PEFT's rule (_inject_parameters):
+    ``{module}.{param}`` equals an entry or ends in ``.{entry}``. On a dense weight its ParamWrapper
+    computes a module LoRA's delta, saved under the same keys."""
+    full = f"{key}.weight"
+    return any(full == p or full.endswith(f".{p}") for p in cfg.get("target_parameters") or ())
+
+
 def targets(cfg: dict[str, Any], key: str) -> bool:
     """Does PEFT create a LoRA layer on module ``key`` for this config?"""
+    return by_parameter(cfg, key) or by_module(cfg, key)
+
+
+def by_module(cfg: dict[str, Any], key: str) -> bool:
+    """Does ``target_modules`` (with its filters) make module ``key`` a LoRA layer?"""
     exclude = cfg.get("exclude_modules")
     if exclude:
         if isinstance(exclude, str) and re.fullmatch(exclude, key):

@@ -99,7 +99,7 @@ def canary(llm, lora_request: Any | None = None, prompt: Any = CANARY_PROMPT,
     for k, (toks, lps, text) in enumerate(runs):
         h = check_output(toks, lps, text)
         if not h.ok:
-            return CanaryResult(False, f"run {k + 1}: {h.reason}", toks)
+            return CanaryResult(False, f"{('first', 'second')[k]} of two greedy runs: {h.reason}", toks)
     (t1, l1, _), (t2, l2, _) = runs
     if t1 != t2:
         return CanaryResult(False, f"unstable: run 1 {t1} vs run 2 {t2}", t1)

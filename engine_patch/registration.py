@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import moe
-from .adapters import AdapterError, base_modules, module_names, prepare_adapter, read_config
+from .adapters import AdapterError, ServerFault, base_modules, module_names, prepare_adapter, read_config
 
 log = logging.getLogger("engine_patch.registration")
 
@@ -48,7 +48,9 @@ class Registration:
     rank: int | None = None
     modules: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    stage: str = "host"              # "host": files checked; "device": engine checks ran too
+    # "host": files checked; "device": engine checks ran too; "server": not judged, the server
+    # failed (the prepared-adapter cache cannot be written): never cached, never the adapter's verdict
+    stage: str = "host"
     checks: dict[str, Any] = field(default_factory=dict)
 
     def refuse(self, reason: str, stage: str, **checks: Any) -> "Registration":
@@ -123,10 +125,14 @@ class AdapterRegistry:
         self._moe: bool | None = None
         self._cache: dict[str, tuple[Any, Registration]] = {}
         self._lock = threading.Lock()
+        self.server_fault: str | None = None  # the last registration's server fault (with its path)
 
     def base(self) -> dict[str, tuple[int, ...]]:
         if self._base is None:
-            self._base = base_modules(self.model_path)
+            try:
+                self._base = base_modules(self.model_path)
+            except Exception as exc:  # noqa: BLE001 - the served model, not the adapter
+                raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
         return self._base
 
     def register(self, name: str, source: str | Path) -> Registration:
@@ -139,7 +145,18 @@ class AdapterRegistry:
             hit = self._cache.get(key)
             if hit is not None and fp is not None and hit[0] == fp:
                 return replace(hit[1], name=name)
-            reg = self._register(name, src)
+            try:
+                reg = self._register(name, src)
+            except ServerFault as exc:
+                # The server's fault: logged with the server's path, judged again at the next
+                # registration (so it recovers once the folder is fixed), never cached.
+                log.error("adapter %s (%s): not judged, server fault: %s (`vidlora doctor` checks the "
+                          "prepared-adapter cache, VIDLORA_ADAPTER_CACHE_DIR)", name, src, exc)
+                self.server_fault = str(exc)
+                reason = (f"not judged: a server fault, not the adapter's: {exc.what} ({exc.short}); "
+                          "see the GPU worker's log and `vidlora doctor`")
+                return Registration(name=name, source=str(src), ok=False, stage="server", reason=reason)
+            self.server_fault = None
             if fp is not None:
                 self._cache[key] = (fp, reg)
             log.log(logging.INFO if reg.ok else logging.WARNING, "adapter %s (%s): %s", name, src,
@@ -163,8 +180,9 @@ class AdapterRegistry:
             prep = prepare_adapter(real, self.model_path, self.max_rank, self.cache_dir, base=self.base())
         except AdapterError as exc:
             return blank.refuse(clean_reason(str(exc), real, src, self.model_path), "host")
-        except Exception as exc:  # noqa: BLE001 - whatever reading it raises is the adapter's fault
-            # Truncated safetensors, unreadable files.
+        except ServerFault:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever else reading it raises is the adapter's fault
             return blank.refuse(clean_reason(f"cannot read the adapter: {type(exc).__name__}: {exc}",
                                              real, src, self.model_path), "host")
         return Registration(name=name, source=str(src), ok=True, digest=prep.digest, path=str(prep.path),
@@ -174,7 +192,10 @@ class AdapterRegistry:
         """On a mixture-of-experts base, why the adapter is not served on this vLLM and device
         (engine_patch.moe: expert LoRA and unverified MoE LoRA are refused, never silent)."""
         if self._moe is None:
-            self._moe = moe.is_moe(self.model_path)
+            try:
+                self._moe = moe.is_moe(self.model_path)
+            except Exception as exc:  # noqa: BLE001 - the served model's config, not the adapter
+                raise ServerFault("the base model cannot be read", self.model_path, exc) from exc
         if not self._moe:
             return None
         return moe.refusal(read_config(real), module_names(real))
@@ -189,24 +210,30 @@ class AdapterRegistry:
 def registry_for(settings: Any) -> AdapterRegistry:
     """The registry a process builds from vidlora's Settings (model, rank limit, cache dir,
     adapter root and whether links may leave it)."""
-    cache = getattr(settings, "adapter_cache_dir", None) or Path(settings.var_dir) / "prepared-adapters"
-    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache,
+    return AdapterRegistry(settings.model, int(settings.max_lora_rank), cache_dir(settings),
                            root=getattr(settings, "adapter_root", None),
                            links_outside_root=bool(getattr(settings, "adapter_links_outside_root", False)))
+
+
+def cache_dir(settings: Any) -> Path:
+    """Where normalised adapters are written: VIDLORA_ADAPTER_CACHE_DIR, else under the var dir."""
+    return Path(getattr(settings, "adapter_cache_dir", None) or Path(settings.var_dir) / "prepared-adapters")
 
 
 def main(argv: list[str] | None = None) -> int:
     """python -m engine_patch.registration --model M --max-rank R ADAPTER...: host-side verdicts."""
     import argparse
-    import tempfile
+
+    from vidlora.config import get_settings
 
     ap = argparse.ArgumentParser(prog="python -m engine_patch.registration")
     ap.add_argument("--model", required=True)
     ap.add_argument("--max-rank", type=int, default=64)
-    ap.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "vidlora-prepared"))
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="default: VIDLORA_ADAPTER_CACHE_DIR, else VIDLORA_VAR_DIR/prepared-adapters")
     ap.add_argument("adapters", nargs="+")
     a = ap.parse_args(argv)
-    reg = AdapterRegistry(a.model, a.max_rank, a.cache_dir)
+    reg = AdapterRegistry(a.model, a.max_rank, a.cache_dir or cache_dir(get_settings()))
     verdicts = [reg.register(Path(p).name, p) for p in a.adapters]
     print(json.dumps([v.as_dict() for v in verdicts], indent=1))
     return 0 if all(v.ok for v in verdicts) else 1

@@ -229,6 +229,8 @@ def record_registrations(session: Session, verdicts: dict[str, dict[str, Any]]) 
     rows = session.scalars(select(Scenario).where(Scenario.name.in_(list(verdicts)))).all()
     for row in rows:
         v = verdicts[row.name]
+        if v.get("stage") == "server":
+            continue  # the server failed to judge it (its log and doctor say why): no verdict on the adapter
         if not row.adapter_path or str(Path(v["source"]).resolve()) != str(Path(row.adapter_path).resolve()):
             continue  # a verdict on another path (an ad-hoc request, an older declaration)
         status, reason = (AdapterStatus.OK, None) if v["ok"] else (AdapterStatus.REFUSED, str(v["reason"]))

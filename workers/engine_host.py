@@ -95,6 +95,14 @@ log = logging.getLogger(__name__)
 CPU_KV_CACHE_BYTES_DEFAULT = 1 << 30
 
 
+def _not_served(name: str, reg: Registration) -> RequestError:
+    """Why a request's adapter is not served: the adapter's refusal, or (stage "server") the
+    server's fault, which is judged again at the next registration."""
+    if reg.stage == "server":
+        return RequestError(f"adapter {name!r} not served now: {reg.reason}")
+    return RequestError(f"adapter {name!r} refused: {reg.reason}")
+
+
 class EngineHost:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -349,7 +357,7 @@ class EngineHost:
         registration's reason if it is refused."""
         reg = self.register_adapter(name, path)
         if not reg.ok:
-            raise RequestError(f"adapter {name!r} refused: {reg.reason}")
+            raise _not_served(name, reg)
         return self._lora_for(reg)
 
     def _lora_for(self, reg: Registration):
@@ -389,7 +397,7 @@ class EngineHost:
             root = self.settings.adapter_root
             return self.lora_request(name, str((Path(root or ".") / name).resolve()))
         if not reg.ok:
-            raise RequestError(f"adapter {name!r} refused: {reg.reason}")
+            raise _not_served(name, reg)
         return self._lora_for(reg)
 
     def _touch_adapters(self, lora_ids: list[int]) -> None:

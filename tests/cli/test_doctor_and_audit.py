@@ -151,3 +151,32 @@ def test_doctor_says_when_the_cache_not_max_num_seqs_sets_the_batch_and_what_fit
         with session_scope() as session:
             for w in session.scalars(select(Worker).where(Worker.name.in_(["fit-bf16", "fit-fp8"]))):
                 session.delete(w)
+
+
+def test_an_unwritable_adapter_cache_is_the_servers_fault_not_the_adapters(database, tmp_path):
+    """The prepared-adapter cache under a file: doctor names the folder as the server's fault
+    with a fix, the adapter is "not judged" (never refused), and both recover once it is fixed."""
+    from tests.support.tiny import tiny_model
+
+    assert tiny_model()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the cache folder should be")
+    settings = get_settings().model_copy(update={"adapter_cache_dir": blocker / "prepared"})
+    checks = {c.name: c for c in run_checks(settings)}
+    cache, adapter = checks["adapter cache"], checks["adapter tomb_structure"]
+    assert not cache.ok and "NotADirectoryError" in cache.detail and "VIDLORA_ADAPTER_CACHE_DIR" in cache.fix
+    assert not adapter.ok and adapter.detail.startswith("not judged: a server fault, not the adapter's")
+    assert "refused" not in adapter.detail and str(tmp_path) not in adapter.detail
+    assert "adapter cache" in adapter.fix
+    blocker.unlink()
+    checks = {c.name: c for c in run_checks(settings)}
+    assert checks["adapter cache"].ok and checks["adapter tomb_structure"].ok, checks["adapter tomb_structure"]
+
+
+def test_the_adapter_cache_defaults_under_the_var_dir(tmp_path):
+    from engine_patch.registration import cache_dir, registry_for
+    from vidlora.config import Settings
+
+    settings = Settings(var_dir=tmp_path / "var")
+    assert cache_dir(settings) == tmp_path / "var" / "prepared-adapters"
+    assert registry_for(settings).cache_dir == tmp_path / "var" / "prepared-adapters"

@@ -182,7 +182,7 @@ def test_layers_to_transform_and_exclude_modules_are_read(model, full, tmp_path)
     ("mtp", r"module model\.mtp\.layers\.0\.self_attn\.q_proj: multi-token-prediction"),
     ("two_prefixes", r"adapted twice \(also as model\.language_model\.layers\.0\.mlp\.down_proj\)"),
     ("qkv_and_split", r"layers\.0\.linear_attn\.in_proj_qkv is adapted twice"),
-    ("lm_head", r"module lm_head: not a module of the served language model"),
+    ("lm_head", r"module lm_head: LoRA maps 128->16, base weight is 64->512"),
     ("pissa", r"config init_lora_weights: 'pissa' rewrites the base weights"),
     ("olora", r"config init_lora_weights: 'olora'"),
     ("alpha_zero", r"all-zero: lora_alpha"),
@@ -244,3 +244,61 @@ def test_a_pickle_that_needs_code_is_refused_without_unsafe_advice(model, full, 
         prepare_adapter(src, model / "base", 16, tmp_path / "out")
     assert "needs code to load" in str(e.value)
     assert "weights_only" not in str(e.value) and "\x1b" not in str(e.value)
+
+
+def test_the_output_layer_alone_is_placed(model, full, tmp_path):
+    """target_modules=["lm_head"]: PEFT adapts the output layer, and vLLM serves it."""
+    def head_only(sd):
+        return {"base_model.model.lm_head.lora_A.weight": torch.randn(8, 64),  # hidden 64, vocabulary 512
+                "base_model.model.lm_head.lora_B.weight": torch.randn(512, 8)}
+
+    p = prepare_adapter(_rewrite(full, tmp_path / "head", head_only, target_modules=["lm_head"]),
+                        model / "base", 16, tmp_path / "o")
+    assert p.modules == ["lm_head"]
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"lora_alpha": "16"}, r"config lora_alpha: '16' is not a number; PEFT refuses the adapter \(TypeError"),
+    ({"alpha_pattern": {"down_proj": None}}, r"config alpha_pattern\['down_proj'\]: None is not a number"),
+    ({"peft_type": None}, r"adapter_config.json has no peft_type: PEFT cannot tell"),
+])
+def test_configs_peft_refuses_are_refused(model, full, tmp_path, cfg, match):
+    src = _rewrite(full, tmp_path / "c", **{k: v for k, v in cfg.items() if k != "peft_type"})
+    if "peft_type" in cfg:
+        data = json.loads((src / "adapter_config.json").read_text())
+        del data["peft_type"]
+        (src / "adapter_config.json").write_text(json.dumps(data))
+    with pytest.raises(AdapterError, match=match):
+        prepare_adapter(src, model / "base", 16, tmp_path / "o")
+
+
+@pytest.mark.parametrize("key,match", [
+    ("base_model.model.model.language_model.layers.0.mlp.down_proj.extra",
+     r"^tensor model\.language_model\.layers\.0\.mlp\.down_proj\.extra is not a LoRA A/B weight$"),
+    ("base_model.model.odd\nkey.lora_A.weight", r"^module odd\\nkey: tensor odd\\nkey\.lora_A\.weight is not"),
+    ("base_model.model.model.language_model.layers.0.mlp.down_proj.bias",
+     r"^module model\.language_model\.layers\.0\.mlp\.down_proj: tensor .*down_proj\.bias is a copy of its base bias"),
+])
+def test_stray_tensors_are_named_once_without_control_characters(model, full, tmp_path, key, match):
+    src = _rewrite(full, tmp_path / "s", lambda sd: {**sd, key: torch.ones(3)})
+    with pytest.raises(AdapterError, match=match) as e:
+        prepare_adapter(src, model / "base", 16, tmp_path / "o")
+    assert "base_model.model." not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unchanged_base_copies_are_left_out_and_changed_ones_refused_by_field(model, full, tmp_path):
+    """bias="all" saves every bias of the model (here the vision tower's, untrained): unchanged
+    copies load as what is there, so the file is a plain LoRA; a trained one is refused."""
+    from safetensors import safe_open
+
+    with safe_open(str(next((model / "base").glob("*.safetensors"))), framework="pt") as sf:
+        key = next(k for k in sf.keys() if k.endswith("attn.qkv.bias"))
+        bias = sf.get_tensor(key)
+    same = _rewrite(full, tmp_path / "same", lambda sd: {**sd, f"base_model.model.{key}": bias.float()}, bias="all")
+    p = prepare_adapter(same, model / "base", 16, tmp_path / "o1")
+    ref = prepare_adapter(full, model / "base", 16, tmp_path / "o2")
+    assert p.modules == ref.modules and any("unchanged copies of base parameters" in n for n in p.notes)
+    trained = _rewrite(full, tmp_path / "trained", lambda sd: {**sd, f"base_model.model.{key}": bias.float() + 1},
+                       bias="all")
+    with pytest.raises(AdapterError, match=r"^config bias: bias='all' saved the base bias model\.visual\."):
+        prepare_adapter(trained, model / "base", 16, tmp_path / "o3")

@@ -139,7 +139,7 @@ def test_poisoned_mates_are_rerun_alone_and_the_culprit_fails():
     assert v1.ok and v1.isolated_rerun and v1.runs == 2 and o1.text == "ok"
     assert v2.ok and v2.isolated_rerun and v2.recovery == []
     assert not v3.ok and v3.recovery == ["reset_prefix_cache", "reload_adapter", "rebuild_engine"]
-    assert v3.reason.startswith("token-0 run of 6; recovery failed")
+    assert v3.reason.startswith("token id 0 generated 6 times in a row; recovery failed")
     # One canary per step, then the base model's canary decides whose fault it is.
     canaries = [e[1:] for e in engine.log if e[0] == "canary"]
     assert canaries == [("bad", "reset_prefix_cache"), ("bad", "reload_adapter"),

@@ -91,3 +91,31 @@ def test_refusals_name_the_field(cfg, field):
 @pytest.mark.parametrize("init", [True, False, "gaussian", "eva", "orthogonal"])
 def test_plain_inits_are_served(init):
     assert peft_config.refusal({"target_modules": ["q_proj"], "init_lora_weights": init}) is None
+
+
+@pytest.mark.parametrize("params,key,hit", [
+    (["mlp.down_proj.weight"], "model.language_model.layers.0.mlp.down_proj", True),
+    (["model.language_model.layers.0.mlp.down_proj.weight"], "model.language_model.layers.0.mlp.down_proj", True),
+    (["down_proj.weight"], "model.language_model.layers.0.mlp.down_proj", True),
+    (["mlp.down_proj.weight"], "model.language_model.layers.0.mlp.up_proj", False),
+    (["p.down_proj.weight"], "model.language_model.layers.0.mlp.down_proj", False),  # dot boundary, as PEFT
+])
+def test_target_parameters_name_a_modules_weight_as_peft_matches_them(params, key, hit):
+    cfg = {"target_modules": None, "target_parameters": params}
+    assert peft_config.refusal(cfg) is None
+    assert peft_config.targets(cfg, key) is hit and peft_config.by_module(cfg, key) is False
+
+
+@pytest.mark.parametrize("cfg,words", [
+    ({"target_parameters": ["mlp.experts.gate_up_proj"]}, "config target_parameters: 'mlp.experts.gate_up_proj'"),
+    ({"target_modules": ["q_proj"], "lora_alpha": "16"}, "config lora_alpha: '16' is not a number"),
+    ({"target_modules": ["q_proj"], "lora_alpha": None}, "config lora_alpha: None is not a number"),
+    ({"target_modules": ["q_proj"], "alpha_pattern": {"q_proj": "2"}}, "config alpha_pattern['q_proj']: '2'"),
+])
+def test_configs_peft_refuses_name_the_field(cfg, words):
+    assert words in (peft_config.refusal(cfg) or "")
+
+
+def test_a_bias_setting_alone_is_no_refusal():
+    """bias="all"/"lora_only" is judged by the tensors the file holds (engine_patch.adapters)."""
+    assert peft_config.refusal({"target_modules": ["q_proj"], "bias": "all"}) is None

@@ -68,7 +68,7 @@ def test_an_adapter_failing_its_long_canary_is_refused_and_left_out_of_the_batch
     llm = ScriptedLLM(lambda name, n, batch: "nan" if name == "ad1" and n == LONG_LENGTHS[-1] else None)
     rep = run_checks(llm, adapters(3), max_loras=2)
     assert rep.ok and list(rep.refused) == ["ad1"]
-    assert rep.refused["ad1"].startswith(f"canary at {LONG_LENGTHS[-1]} prompt tokens: run 1: non-finite")
+    assert rep.refused["ad1"].startswith(f"canary at {LONG_LENGTHS[-1]} prompt tokens: first of two greedy runs: non-finite")
     assert [None, "ad0", "ad2", None] in llm.calls and not any("ad1" in c and len(c) > 1 for c in llm.calls)
     assert "refused ad1 (canary at 450" in rep.summary()
 
@@ -77,7 +77,7 @@ def test_a_base_model_failing_its_long_canary_is_the_engine_not_the_adapters():
     llm = ScriptedLLM(lambda name, n, batch: "nan" if n == LONG_LENGTHS[0] else None)
     rep = run_checks(llm, adapters(2), max_loras=2)
     assert not rep.ok and not rep.refused
-    assert rep.engine_failure.startswith(f"base model canary at {LONG_LENGTHS[0]} prompt tokens: run 1: non-finite")
+    assert rep.engine_failure.startswith(f"base model canary at {LONG_LENGTHS[0]} prompt tokens: first of two greedy runs: non-finite")
 
 
 def test_a_row_that_changes_in_a_batch_fails_the_engine_with_the_row_named():

@@ -27,12 +27,16 @@ class AdapterClass:
     stage: str = "host"  # where it must be refused: "host" (files) or "device" (engine checks)
 
 
+# Refused classes PEFT itself refuses to load (the error PeftModel.from_pretrained raises).
+PEFT_REFUSES = {"lora_alpha_string": TypeError, "no_peft_type": KeyError}
+
+
 def peft_adapter(model, out: Path, seed: int, ratio: float = LORA_DELTA_RATIO, **config) -> Path:
     """A PEFT LoRA on ``model`` with random A and B (each module's delta ~ ``ratio`` of its
     weight), saved as PEFT saves it."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **config)
+    cfg = LoraConfig(**{"lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM", **config})
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, cfg, adapter_name="default")
     g = torch.Generator().manual_seed(seed + 1)
@@ -186,7 +190,7 @@ def build_classes(root: Path, model_dir: Path, canonical: Path) -> dict[str, Ada
     truncated = rewrite(canonical, root / "truncated")
     data = (truncated / "adapter_model.safetensors").read_bytes()
     (truncated / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
-    c["truncated_file"] = AdapterClass(truncated, refused=("cannot read",))
+    c["truncated_file"] = AdapterClass(truncated, refused=("adapter_model.safetensors cannot be read",))
 
     # -- served: the config decides which tensors are applied, as PEFT decides -------------
     # Each is PEFT-built, then given tensors its config does not target (edited on disk): PEFT
@@ -250,11 +254,38 @@ def build_classes(root: Path, model_dir: Path, canonical: Path) -> dict[str, Ada
     c["link_outside_root"] = AdapterClass(_linked(canonical, root / "linked", root / "elsewhere"),
                                           refused=("adapter_model.safetensors", "outside the adapter root"))
 
+    # -- served: PEFT applies them as plain LoRA on this base (issue 48) -------------------
+    # The output layer alone (PEFT also saves lm_head's unchanged base weight beside A and B).
+    c["lm_head_only"] = _self(peft_adapter(model, root / "lm_head", 27, r=8, lora_alpha=16, target_modules=["lm_head"]))
+    # bias="all" saves every bias of the model (here only the vision tower's, untrained) and
+    # "lora_only" those of adapted layers (none: Qwen3.5's linear layers have no bias).
+    c["bias_all"] = _self(peft_adapter(model, root / "bias_all", 28, r=8, lora_alpha=16,
+                                       target_modules=["down_proj", "in_proj_z"], bias="all"))
+    c["bias_lora_only"] = _self(peft_adapter(model, root / "bias_lora_only", 29, r=8, lora_alpha=16,
+                                             target_modules=["down_proj", "q_proj"], bias="lora_only"))
+    # VeLoRA (a backward-pass trick) and MonteCLoRA (sampling while training) save tensors
+    # only training reads; PEFT's inference forward is a plain LoRA's.
+    from peft.tuners.lora.config import MontecloraConfig, VeloraConfig
+
+    c["velora"] = _self(peft_adapter(model, root / "velora", 30, r=8, lora_alpha=16, target_modules=["down_proj", "o_proj"],
+                                     velora_config=VeloraConfig()))
+    c["monteclora"] = _self(peft_adapter(model, root / "monteclora", 31, r=8, lora_alpha=16,
+                                         target_modules=["down_proj", "out_proj"], monteclora_config=MontecloraConfig()))
+    # LoRA on a dense weight by parameter: PEFT's ParamWrapper, a module LoRA's computation.
+    c["target_parameters_dense"] = _self(peft_adapter(model, root / "tparams", 32, r=8, lora_alpha=16,
+                                                      target_modules=None, target_parameters=["mlp.down_proj.weight"]))
+
+    # -- refused on the host, as PEFT refuses them (PeftModel.from_pretrained raises) --------
+    c["lora_alpha_string"] = AdapterClass(rewrite(canonical, root / "alpha_string", config=lambda cfg: dict(
+        cfg, lora_alpha=str(cfg["lora_alpha"]))), refused=("config lora_alpha", "is not a number", "TypeError"))
+    c["no_peft_type"] = AdapterClass(rewrite(canonical, root / "no_peft_type", config=lambda cfg: {
+        k: v for k, v in cfg.items() if k != "peft_type"}), refused=("peft_type", "PEFT cannot tell"))
+
     # -- refused on the device: loads, but does nothing, or its output is degenerate ------
     c["changes_nothing"] = AdapterClass(rewrite(canonical, root / "tiny", lambda sd: {
         k: (v * 1e-9 if "lora_B" in k else v) for k, v in sd.items()}),
         refused=("changes nothing",), stage="device")
     c["overflows"] = AdapterClass(rewrite(canonical, root / "overflow", lambda sd: _layer0_b(
-        sd, lambda b: b.clone().fill_(1e30))), refused=("canary",), stage="device")
+        sd, lambda b: b.clone().fill_(1e30))), refused=("canary", "greedy runs"), stage="device")
     del model
     return c

@@ -106,3 +106,22 @@ def test_an_invalid_output_schema_refuses_the_scenario_file_with_where_and_why(t
                             "output_schema": {"type": "object", "properties": {"n": {"type": "integr"}}}}])
     with pytest.raises(ScenarioError, match=r"zz_schema: output_schema is not a valid JSON Schema at properties/n/type"):
         load_scenarios(bad, tmp_path)
+
+
+def test_a_server_fault_is_never_recorded_as_the_adapters_verdict(db_session, tmp_path):
+    """A registration the server failed to make (stage "server": its prepared-adapter cache
+    cannot be written) leaves the scenario as it was; the adapter's own verdict then lands."""
+    from vidlora.lifecycle import AdapterStatus
+    from vidlora.models import Scenario
+    from vidlora.scenarios import record_registrations
+
+    row = Scenario(name="zz_server_fault", title="t", prompt="p", adapter_path=str(tmp_path), active=True,
+                   adapter_status=AdapterStatus.UNCHECKED)
+    db_session.add(row)
+    db_session.flush()
+    fault = {"ok": False, "stage": "server", "digest": None, "source": str(tmp_path),
+             "reason": "not judged: a server fault, not the adapter's: the prepared-adapter cache cannot be written"}
+    assert record_registrations(db_session, {row.name: fault}) == 0
+    assert row.adapter_status == AdapterStatus.UNCHECKED and row.adapter_reason is None
+    ok = {"ok": True, "stage": "device", "digest": "abc", "source": str(tmp_path), "reason": None}
+    assert record_registrations(db_session, {row.name: ok}) == 1 and row.adapter_status == AdapterStatus.OK

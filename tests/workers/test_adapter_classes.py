@@ -74,19 +74,32 @@ def oracle(host, classes, served, model_dir):
     """transformers + PEFT, fp32, teacher-forced on each served output: {class: scores}."""
     tok = host.tokenizer
     prompt_ids = tok(build_prompt(tok, request("p", None, None)), add_special_tokens=False)["input_ids"]
-    oracles = sorted({str(c.oracle) for c in classes.values() if c.oracle})
-    ref = Reference(model_dir / "base", [Path(p) for p in oracles], "cpu", "float32")
+    import json as _json
 
-    def score(out, adapter_index):
+    oracles = sorted({str(c.oracle) for c in classes.values() if c.oracle})
+    def alone_in_peft(path: str) -> bool:
+        # PEFT holds one adapter with bias != "none" per model, and cannot wrap a parameter of a
+        # layer another adapter made a LoRA layer: those get a PEFT model each.
+        cfg = _json.loads((Path(path) / "adapter_config.json").read_text())
+        return cfg.get("bias", "none") != "none" or bool(cfg.get("target_parameters"))
+
+    own = [p for p in oracles if alone_in_peft(p)]
+    shared = [p for p in oracles if p not in own]
+    ref = Reference(model_dir / "base", [Path(p) for p in shared], "cpu", "float32")
+    where = {p: (ref, shared.index(p)) for p in shared}
+    where.update({p: (Reference(model_dir / "base", [Path(p)], "cpu", "float32"), 0) for p in own})
+
+    def score(out, oracle_path):
         assert out.prompt_tokens == len(prompt_ids)
-        lp = ref.score(prompt_ids + list(out.token_ids), adapter_index)["lp"][-len(out.token_ids):]
+        r, index = where[oracle_path] if oracle_path else (ref, None)
+        lp = r.score(prompt_ids + list(out.token_ids), index)["lp"][-len(out.token_ids):]
         return {"lp": lp, "top": [0] * len(lp)}
 
     alone = served["alone"]
     res = {None: score(alone[None], None)}
     for name, c in classes.items():
         if c.oracle:
-            res[name] = score(alone[name], oracles.index(str(c.oracle)))
+            res[name] = score(alone[name], str(c.oracle))
             res[(name, "base")] = score(alone[name], None)  # the base model on the same tokens
     return res
 
@@ -243,6 +256,49 @@ def test_a_config_edited_in_place_is_judged_again_on_a_running_worker(host, clas
     again = host.register_adapter("edited", str(path))
     assert again.ok and again.stage == "device"
     assert all(".layers.0." in m for m in again.modules)  # the edited config is what is served
+
+
+def test_what_peft_refuses_is_refused_with_peft_s_reason(classes, served, model_dir):
+    """The classes refused because PEFT itself refuses them: PeftModel.from_pretrained raises
+    on each (so serving them would serve what PEFT never computes)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    from tests.support.adapter_classes import PEFT_REFUSES
+
+    for name, error in PEFT_REFUSES.items():
+        assert not served["host"].registrations()[name]["ok"], name
+        model = AutoModelForImageTextToText.from_pretrained(str(model_dir / "base"), dtype=torch.float32)
+        with pytest.raises(error):
+            PeftModel.from_pretrained(model, str(classes[name].path))
+
+
+def test_an_unwritable_cache_is_the_servers_fault_on_a_running_worker(host, classes, tmp_path):
+    """The prepared-adapter cache under a file: the adapter is not judged (stage "server"), its
+    requests fail as the server's fault without an engine step, nothing is cached, and once the
+    folder is fixed the same adapter is registered and served."""
+    import shutil
+
+    path = tmp_path / "cache-fault"
+    shutil.copytree(classes["canonical"].path, path)
+    blocker, cache = tmp_path / "blocker", host.adapters.cache_dir
+    blocker.write_text("a file where the cache folder should be")
+    host.adapters.cache_dir = blocker / "prepared"
+    try:
+        bad = host.register_adapter("cache-fault", str(path))
+        assert not bad.ok and bad.stage == "server" and bad.digest is None
+        assert bad.reason.startswith("not judged: a server fault, not the adapter's") and str(tmp_path) not in bad.reason
+        assert host.registrations()["cache-fault"]["stage"] == "server"
+        [out] = host.generate([request("cache-fault", "cache-fault", path)])
+        assert out.error == f"adapter 'cache-fault' not served now: {bad.reason}" and not out.token_ids
+        blocker.unlink()  # fixed: the same files are judged again, not the cached fault
+        good = host.register_adapter("cache-fault", str(path))
+        assert good.ok and good.stage == "device", good.reason
+        [out] = host.generate([request("cache-fault-2", "cache-fault", path)])
+        assert out.error is None and out.token_ids
+    finally:
+        host.adapters.cache_dir = cache
 
 
 # -- random PEFT configs: equal to PEFT, or refused with a named reason ----------------------

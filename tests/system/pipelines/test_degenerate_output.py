@@ -30,7 +30,7 @@ pytestmark = pytest.mark.engine
 HOT = "overflow_probe"
 TRIGGER = "trigger_probe"
 WORKER = "test-gpu-degenerate"
-HEALTH_REASONS = ("token-0 run", "all-'!' text", "non-finite logprobs", "runaway repetition")
+HEALTH_REASONS = ("token id 0 generated", "all-'!' text", "non-finite logprobs", "runaway repetition")
 
 
 # Small on purpose (2 shared CPU cores): the guard's work, not decoding, is under test.
