@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vidlora.lifecycle import AnalysisStatus, ReleaseStatus, ReviewAction, ReviewState, values
-from vidlora.results.query import SORTS
+from vidlora.results.query import CONFIDENCE_BANDS, SORTS
 from web.review.actions import MAX_NOTE_CHARS, MAX_TEXT_CHARS
 
 
@@ -56,7 +56,12 @@ RESULT_FILTERS = [  # an empty value is no filter (what a form sends for "any"):
                     "video's file name or a batch name it came in; on the text, web-search syntax: "
                     "\"phrases\", or, -exclude"},
     {"allowEmptyValue": True, "name": "sort", "in": "query", "schema": {"type": "string", "enum": list(SORTS)},
-     "description": "Order of the list; by default best match when searching, else newest first"},
+     "description": "Order of the list; by default best match when searching, else newest first; "
+                    "uncertain: the model's least certain answers first (unknown ones last)"},
+    {"allowEmptyValue": True, "name": "confidence", "in": "query",
+     "schema": {"type": "string", "enum": list(CONFIDENCE_BANDS)},
+     "description": "Only answers whose model confidence is in this band: " + ", ".join(
+         f"{k} ({v})" for k, v in CONFIDENCE_BANDS.items())},
     {"name": "where", "in": "query", "style": "form", "explode": True,
      "schema": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 300}},
      "description": "Field conditions on a structured scenario's answers (needs scenario), repeatable, all "
@@ -116,6 +121,12 @@ SCHEMAS: dict[str, Any] = {
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
 SCHEMAS["ResultRow"]["properties"]["frame_timestamps"]["items"] = {"type": "number"}
+SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
+    "type": "number", "nullable": True, "minimum": 0, "maximum": 1,
+    "description": "How sure the model was of the answer: its least certain field's confidence; null: unknown"}
+SCHEMAS["ResultRow"]["properties"]["model_field_confidence"] = {
+    "type": "object", "nullable": True, "additionalProperties": {"type": "number"},
+    "description": "Per top-level field of the answer, the probability of the model's weakest choice in its value"}
 SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
@@ -234,12 +245,14 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
                for kind, label, media in EXPORTS},
             "/results/facets": {"get": {
-                "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
+                "summary": "Counts per value of each controlled-vocabulary field of a scenario, and per model-confidence band",
                 "parameters": [{**p, "required": True, "allowEmptyValue": False,
                                 "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}} if p["name"] == "scenario" else p
                                for p in RESULT_FILTERS],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "filters": {"type": "object"}, "total": {"type": "integer"},
+                    "confidence": {"type": "array", "items": {"type": "object", "properties": {
+                        "band": {"type": "string"}, "label": {"type": "string"}, "count": {"type": "integer"}}}},
                     "facets": {"type": "array", "items": {"type": "object", "properties": {
                         "field": {"type": "string"}, "kind": {"type": "string"},
                         "array": {"type": "string", "nullable": True},
