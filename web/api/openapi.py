@@ -121,6 +121,17 @@ SCHEMAS: dict[str, Any] = {
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
 SCHEMAS["ResultRow"]["properties"]["frame_timestamps"]["items"] = {"type": "number"}
+_RELIABILITY = {"type": "object", "properties": {
+    "count": {"type": "integer"}, "right": {"type": "integer"},
+    "ece": {"type": "number", "nullable": True, "description": "Expected calibration error (0: calibrated)"},
+    "bins": {"type": "array", "items": {"type": "object", "properties": {
+        k: {"type": "integer" if k == "count" else "number"}
+        for k in ("low", "high", "count", "confidence", "accuracy", "gap")}}}}}
+SCHEMAS["Calibration"] = {"type": "object", "properties": {
+    "version": {"type": "string", "nullable": True},
+    "sources": {"type": "object", "additionalProperties": {"type": "integer"},
+                "description": "Answers per source: reviews, gold"},
+    "answers": _RELIABILITY, "fields": _RELIABILITY}}
 SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
     "type": "number", "nullable": True, "minimum": 0, "maximum": 1,
     "description": "How sure the model was of the answer: its least certain field's confidence; null: unknown"}
@@ -298,6 +309,16 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                                                "description": "Only this adapter version (or a prefix of it)"}],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Agreement")}}}),
+                    **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/calibration": {"get": {
+                "summary": "Per adapter version: the model's confidence against reviewed correctness (reviews "
+                           "and the gold set), a reliability table of 10 bins and the expected calibration error, "
+                           "for whole answers and for top-level fields",
+                "parameters": [SCENARIO_NAME, {"name": "version", "in": "query", "allowEmptyValue": True,
+                                               "schema": {"type": "string", "maxLength": 64},
+                                               "description": "Only this adapter version (or a prefix of it)"}],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Calibration")}}}),
                     **ERRORS, **NOT_FOUND}}},
             "/scenarios/{name}/versions": {"get": {
                 "summary": "The scenario's adapter versions (candidate, serving, retired), each that answered "

@@ -353,6 +353,17 @@ def agreement(name: str):
     return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
 
 
+@bp.get("/scenarios/<name>/calibration")
+def calibration(name: str):
+    from vidlora.feedback.calibration import scenario_calibration
+
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    reports = scenario_calibration(session, scenario, request.args.get("version") or None,
+                                   get_settings().eval_number_tolerance)
+    return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
+
+
 @bp.get("/scenarios/<name>/gold")
 def gold_set(name: str):
     session = get_db()
