@@ -158,13 +158,13 @@ def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict)
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
                 adapter_version=analysis.scenario.adapter_version,
             )
-            _add_confidence(result, AnswerConfidence.of(output.confidence) if parsed is not None else None)
+            add_confidence(result, AnswerConfidence.of(output.confidence) if parsed is not None else None)
             session.add(result)
             index_fields(session, result)
         analysis.status, analysis.reason = AnalysisStatus.DONE, None
 
 
-def _add_confidence(result: Result, confidence: AnswerConfidence | None) -> None:
+def add_confidence(result: Result, confidence: AnswerConfidence | None) -> None:
     """The worker's confidences, typed: the answer's on the result, each field's in its row."""
     if confidence is None or confidence.answer is None:
         return
