@@ -104,8 +104,7 @@ def timestamp(seconds: float | None) -> str:
 def answer_line(value: Any, schema: dict[str, Any] | None = None) -> str:
     """A structured answer in one line for lists, every value with its field's name: "finds:
     1. material bronze, period han, confidence 0.8 / 2. material jade, ..." (schema order)."""
-    from vidlora.results.confidence import band_of
-from vidlora.results.fields import in_schema_order
+    from vidlora.results.fields import in_schema_order
 
     def text(node: Any) -> str:
         if isinstance(node, dict):
