@@ -16,8 +16,8 @@ from vidlora.results.confidence import field_confidence
 
 log = logging.getLogger(__name__)
 
-# Decoding re-anchors after this many tokens, so a long answer costs O(n) decodes of short
-# slices rather than n decodes of its whole prefix.
+# Each token is decoded with at most this many before it, so a long answer costs n decodes of
+# short slices rather than n decodes of its whole prefix.
 WINDOW = 16
 REPLACEMENT = "\ufffd"  # what a token that ends inside a UTF-8 character decodes to, for now
 
@@ -25,23 +25,23 @@ REPLACEMENT = "\ufffd"  # what a token that ends inside a UTF-8 character decode
 def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> list[int] | None:
     """Where each token's text ends in ``text`` (the engine's own detokenized output); a
     token that ends inside a character ends where the character does. None if decoding does
-    not give back ``text`` (a tokenizer whose pieces do not concatenate)."""
-    def decode(ids: Sequence[int]) -> str:
-        return tokenizer.decode(list(ids), skip_special_tokens=True)
+    not give back ``text`` (a tokenizer whose pieces do not concatenate).
 
-    for window in (WINDOW, None):  # windowed first; the whole prefix each time if that fails
+    Token i is decoded with the tokens before it back to the start of its window of WINDOW
+    tokens, all in one ``batch_decode`` call; if a window starts inside a character (the
+    windows' texts do not join up to ``text``), every token is decoded with its whole prefix."""
+    ids = list(token_ids)
+    for window in (WINDOW, len(ids) or 1):
+        starts = [(i // window) * window for i in range(len(ids))]
+        pieces = tokenizer.batch_decode([ids[a:i + 1] for i, a in enumerate(starts)], skip_special_tokens=True)
         ends: list[int] = []
-        base, anchor, pieces = 0, 0, []
-        for i in range(len(token_ids)):
-            piece = decode(token_ids[anchor:i + 1])
-            clean = piece.rstrip(REPLACEMENT)
-            ends.append(base + len(clean))
-            if window is not None and clean == piece and i + 1 - anchor >= window:
-                pieces.append(piece)
-                base, anchor = base + len(piece), i + 1
-        if anchor < len(token_ids):
-            pieces.append(decode(token_ids[anchor:]))
-        if "".join(pieces) == text and (not ends or ends[-1] == len(text)):
+        base, joined = 0, []
+        for i, piece in enumerate(pieces):
+            ends.append(base + len(piece.rstrip(REPLACEMENT)))
+            if i + 1 == len(ids) or starts[i + 1] != starts[i]:  # the window's last token
+                joined.append(piece)
+                base += len(piece)
+        if "".join(joined) == text and (not ends or ends[-1] == len(text)):
             return ends
     return None
 

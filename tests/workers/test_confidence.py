@@ -34,6 +34,15 @@ def test_each_token_ends_where_decoding_the_whole_prefix_says_even_inside_charac
     assert ends == _slow_ends(tokenizer, ids) and ends[-1] == len(TEXT)
 
 
+def test_windows_that_start_inside_a_character_fall_back_to_whole_prefixes(tokenizer, monkeypatch):
+    import workers.confidence as confidence
+
+    ids = tokenizer.encode(TEXT)
+    for window in range(1, 9):  # some of these start a window inside an emoji or a CJK character
+        monkeypatch.setattr(confidence, "WINDOW", window)
+        assert token_ends(tokenizer, ids, TEXT) == _slow_ends(tokenizer, ids), window
+
+
 def test_text_the_tokens_do_not_make_gives_no_offsets(tokenizer):
     ids = tokenizer.encode(TEXT)
     assert token_ends(tokenizer, ids, TEXT + " ") is None
