@@ -16,8 +16,8 @@ order they were made). Reported:
   holds 20 % of anything), and ``best_recall_at_20pct``: what a perfect order could reach
   (1.0 unless more than 20 % of the answers are wrong);
 - ``ece``: the expected calibration error of the answer confidence (10 bins);
-- the same for the geometric-mean aggregation (``vidlora.results.confidence`` uses the
-  minimum) and for the scored field's own confidence, per scene kind.
+- the same for the geometric-mean and product aggregations (``vidlora.results.confidence``
+  stores the minimum) and for the scored field's own confidence, and per scene kind.
 
 Writes bench/results/review_priority.{json,md}.
 """
@@ -161,11 +161,13 @@ def main() -> None:
         conf = out.confidence or {}
         ends = token_ends(host.tokenizer, out.token_ids, out.text) if out.error is None else None
         geo = field_confidence(out.text, ends, out.logprobs, method="geomean") if ends else None
+        prod = field_confidence(out.text, ends, out.logprobs, method="product") if ends else None
         rows.append({"kind": kind, "level": level, "seed": scene.seed, "truth": scenes.truth_text(scene),
                      "answer": scenes.answer_text(kind, parsed), "right": scenes.correct(scene, parsed),
                      "error": out.error, "confidence": conf.get("answer"),
                      "field_confidence": (conf.get("fields") or {}).get(SCORED_FIELD[kind]),
-                     "geomean_confidence": geo.answer if geo else None, "fields": conf.get("fields")})
+                     "geomean_confidence": geo.answer if geo else None,
+                     "product_confidence": prod.answer if prod else None, "fields": conf.get("fields")})
     known = [r for r in rows if r["confidence"] is not None]
     unknown = len(rows) - len(known)
 
@@ -182,6 +184,7 @@ def main() -> None:
         "accuracy": sum(r["right"] for r in rows) / len(rows),
         **stats("confidence", known),
         "geomean": stats("geomean_confidence", known),
+        "product": stats("product_confidence", known),
         "scored_field": stats("field_confidence", known),
         "per_kind": {k: {**stats("confidence", [r for r in known if r["kind"] == k]),
                          "accuracy": sum(r["right"] for r in rows if r["kind"] == k) / max(1, sum(
@@ -219,7 +222,10 @@ def report(s: dict, rows: list[dict]) -> str:
         f"| answer confidence, geometric mean | {_pct(s['geomean']['recall_at_20pct'])} | "
         f"{_pct(s['geomean']['random_recall_at_20pct'])} | {_pct(s['geomean']['best_recall_at_20pct'])} | "
         f"{_pct(s['geomean']['ece'])} |",
-        f"| the scored field's confidence only | {_pct(s['scored_field']['recall_at_20pct'])} | "
+        f"| answer confidence, product over tokens | {_pct(s['product']['recall_at_20pct'])} | "
+        f"{_pct(s['product']['random_recall_at_20pct'])} | {_pct(s['product']['best_recall_at_20pct'])} | "
+        f"{_pct(s['product']['ece'])} |",
+        f"| the scored field's confidence only (minimum) | {_pct(s['scored_field']['recall_at_20pct'])} | "
         f"{_pct(s['scored_field']['random_recall_at_20pct'])} | {_pct(s['scored_field']['best_recall_at_20pct'])} | "
         f"{_pct(s['scored_field']['ece'])} |", "",
         f"**Goal (at least 80 % of the wrong answers in the first 20 %): {'met' if s['goal_met'] else 'not met'}.**", "",

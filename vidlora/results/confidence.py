@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-METHOD = "min"  # the aggregation stored; "geomean" is what bench/review_priority.py compares it with
+METHOD = "min"  # the aggregation stored; bench/review_priority.py compares it with "geomean" and "product"
 _DECODER = json.JSONDecoder(strict=False)  # as tasks.analysis_rows.parse_answer reads answers
 _WS = " \t\r\n"
 
@@ -151,8 +151,11 @@ def field_spans(text: str) -> dict[str, list[tuple[int, int]]] | None:
 
 
 def _aggregate(probs: list[float], method: str) -> float:
+    logs = [math.log(max(p, 1e-300)) for p in probs]
     if method == "geomean":
-        return math.exp(sum(math.log(max(p, 1e-300)) for p in probs) / len(probs))
+        return math.exp(sum(logs) / len(logs))
+    if method == "product":  # every decision right, were they independent; falls with length
+        return math.exp(sum(logs))
     return min(probs)
 
 
