@@ -195,9 +195,15 @@ def main() -> None:
     }
     summary["goal_met"] = bool(summary["recall_at_20pct"] is not None and summary["recall_at_20pct"] >= 0.8)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "review_priority.json").write_text(json.dumps({**summary, "rows": rows}, indent=1) + "\n")
+    (args.out / "review_priority.json").write_text(dump(summary, rows))
     (args.out / "review_priority.md").write_text(report(summary, rows))
     print(json.dumps({k: v for k, v in summary.items() if k not in ("per_kind", "reliability")}, indent=1))
+
+
+def dump(summary: dict, rows: list[dict]) -> str:
+    """The summary indented, each scene's row on one line."""
+    head = json.dumps(summary, indent=1)[:-2]
+    return head + ',\n "rows": [\n' + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n"
 
 
 def _pct(x: float | None) -> str:
@@ -228,7 +234,12 @@ def report(s: dict, rows: list[dict]) -> str:
         f"| the scored field's confidence only (minimum) | {_pct(s['scored_field']['recall_at_20pct'])} | "
         f"{_pct(s['scored_field']['random_recall_at_20pct'])} | {_pct(s['scored_field']['best_recall_at_20pct'])} | "
         f"{_pct(s['scored_field']['ece'])} |", "",
-        f"**Goal (at least 80 % of the wrong answers in the first 20 %): {'met' if s['goal_met'] else 'not met'}.**", "",
+        f"**Goal (at least 80 % of the wrong answers in the first 20 %): {'met' if s['goal_met'] else 'not met'}.** "
+        "With more than 20 % of the answers wrong, no order can put every wrong answer in the first fifth: "
+        "*perfect order* is that ceiling (the first fifth all wrong answers). Token probabilities say how "
+        "sure the model is between the choices it learnt; a scene beyond them (a tomb of 5 or 6 chambers, "
+        "trained on up to 4) can be answered wrong with near certainty, and those answers sit at the end "
+        "of the queue (the table at the end).", "",
         "Per scene kind (each kind's own queue):", "",
         "| kind | accuracy | wrong | recall at 20 % | random | perfect | ECE |", "|---|---:|---:|---:|---:|---:|---:|",
     ]
