@@ -53,6 +53,7 @@ def test_the_field_confidence_is_its_least_likely_decision_token():
     assert conf.answer == pytest.approx(0.5) and conf.tokens == {"material": 3, "count": 2}
     mean = field_confidence(text, ends, lps, method="geomean")
     assert mean.fields["material"] == pytest.approx((0.6 * 0.99 * 0.5) ** (1 / 3), rel=1e-5)
+    assert field_confidence(text, ends, lps, method="product").fields["material"] == pytest.approx(0.6 * 0.99 * 0.5)
 
 
 def test_tokens_that_do_not_cover_the_text_or_a_lost_logprob_give_unknown():
