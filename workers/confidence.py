@@ -41,7 +41,9 @@ def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> list[int]
             if i + 1 == len(ids) or starts[i + 1] != starts[i]:  # the window's last token
                 joined.append(piece)
                 base += len(piece)
-        if "".join(joined) == text and (not ends or ends[-1] == len(text)):
+        if "".join(joined) == text:
+            if ends:
+                ends[-1] = len(text)  # the last token covers the rest (a trailing invalid byte too)
             return ends
     return None
 
@@ -52,8 +54,14 @@ def with_confidence(tokenizer: Any, req: AnalysisRequest, out: AnalysisOutput) -
             or len(out.logprobs) != len(out.token_ids)):
         return out
     try:
-        ends = token_ends(tokenizer, out.token_ids, out.text)
-        conf = field_confidence(out.text, ends, out.logprobs) if ends is not None else None
+        text = out.text
+        ends = token_ends(tokenizer, out.token_ids, text)
+        if ends is None:
+            # The engine's incremental detokenizer can render bytes that are not UTF-8 apart
+            # from a decode of the whole answer; the tokens' own text has the same fields.
+            text = tokenizer.decode(list(out.token_ids), skip_special_tokens=True)
+            ends = token_ends(tokenizer, out.token_ids, text)
+        conf = field_confidence(text, ends, out.logprobs) if ends is not None else None
     except Exception:  # noqa: BLE001 - a confidence is a help to reviewers, never a reason to lose the answer
         log.exception("confidence of %s could not be computed", out.request_key)
         return out

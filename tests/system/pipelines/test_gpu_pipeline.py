@@ -109,7 +109,7 @@ def _check_structured(rows, batch_id: int) -> None:
             # The worker read each top-level field's confidence from the engine's logprobs (issue 51).
             conf = dict(session.execute(select(ResultConfidence.field, ResultConfidence.confidence)
                                         .where(ResultConfidence.result_id == r.id)).all())
-            assert conf.keys() == r.parsed.keys() and all(0 < c <= 1 for c in conf.values()), (r.id, conf)
+            assert conf.keys() == r.parsed.keys() and all(0 < c <= 1 for c in conf.values()), (r.id, conf, r.text)
             assert r.confidence == min(conf.values()), (r.id, r.confidence, conf)
         tomb = {a.id: r.parsed["construction"] for a, s, r, _ in rows if s.name == "tomb_structure"}
         value = sorted(tomb.values())[0]
