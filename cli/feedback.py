@@ -32,6 +32,20 @@ def print_agreement(scenario: str, reports: list[dict]) -> None:
             click.echo(f"  {f['field']:<32} {f['right']:>6} {f['of']:>6}  {_pct(f)}")
 
 
+def print_calibration(scenario: str, reports: list[dict]) -> None:
+    for r in reports:
+        a, f = r["answers"], r["fields"]
+        sources = ", ".join(f"{n} from {'reviews' if k == 'reviews' else 'the gold set'}"
+                            for k, n in sorted(r["sources"].items()))
+        click.echo(f"{scenario}  adapter version {r['version'] or 'none'}: calibration of {a['count']} answers "
+                   f"({sources}): ECE {100 * a['ece']:.1f} %"
+                   + (f"; fields: ECE {100 * f['ece']:.1f} % over {f['count']}" if f["count"] else ""))
+        click.echo(f"  {'confidence':<12} {'answers':>7} {'mean conf':>10} {'right':>7}")
+        for b in a["bins"]:
+            click.echo(f"  {100 * b['low']:3.0f}-{100 * b['high']:3.0f} %    {b['count']:>7} "
+                       f"{100 * b['confidence']:9.0f} % {100 * b['accuracy']:6.0f} %")
+
+
 @click.command("eval")
 @click.argument("scenario")
 @click.option("--version", default=None, help="Only this adapter version (or a prefix of it).")
@@ -41,9 +55,11 @@ def print_agreement(scenario: str, reports: list[dict]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def eval_command(scenario: str, version: str | None, candidate: str | None, run: bool, as_json: bool) -> None:
     """How often reviewers agree with each adapter version of SCENARIO: approved unchanged,
-    edited, rejected, and per field of a structured answer, with counts and 95 % intervals.
+    edited, rejected, and per field of a structured answer, with counts and 95 % intervals;
+    and how well the model's confidence matches (a reliability table and its ECE).
     With --compare, a candidate version against the stored answers on the gold set."""
     from vidlora.db import session_scope
+    from vidlora.feedback.calibration import scenario_calibration
     from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 
     if candidate:
@@ -54,12 +70,15 @@ def eval_command(scenario: str, version: str | None, candidate: str | None, run:
             row = scenario_or_error(session, scenario)
             reports = [a.as_dict() for a in scenario_agreement(session, row, version,
                                                                get_settings().eval_number_tolerance)]
+            calibration = [c.as_dict() for c in scenario_calibration(session, row, version,
+                                                                     get_settings().eval_number_tolerance)]
     except EvalError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"scenario": scenario, "versions": reports}, indent=2))
+        click.echo(json.dumps({"scenario": scenario, "versions": reports, "calibration": calibration}, indent=2))
     else:
         print_agreement(scenario, reports)
+        print_calibration(scenario, calibration)
 
 
 def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:

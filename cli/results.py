@@ -25,11 +25,15 @@ LINES = {"csv": csv_lines, "items": items_lines, "jsonl": jsonl_lines}
 @click.option("--search", "-q", default="", help="Full-text search in the result text.")
 @click.option("--date-from", default="", help="Analyses created on or after this day (YYYY-MM-DD, UTC).")
 @click.option("--date-to", default="", help="Analyses created on or before this day.")
+@click.option("--confidence", default="", help="Only answers in this model-confidence band: low (<50 %), medium "
+                                                 "(50-90 %), high (90-99 %), certain (99 % and above) or unknown.")
+@click.option("--sort", default="", help="newest, oldest, name, scenario, or uncertain: the model's least certain "
+                                          "answers first (the review queue: --review-state unreviewed --sort uncertain).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv", show_default=True,
               help="csv: a row per result; items: a row per item of the answer's arrays; jsonl; parquet.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout).")
 def results_command(scenario: str, where: tuple[str, ...], review_state: str, status: str, batch: str, search: str,
-                    date_from: str, date_to: str, fmt: str, out: Path | None) -> None:
+                    date_from: str, date_to: str, confidence: str, sort: str, fmt: str, out: Path | None) -> None:
     """Query results by scenario fields and export them."""
     from vidlora.db import session_scope
     from vidlora.results.query import FilterError, count, parse_filters, result_query
@@ -37,7 +41,7 @@ def results_command(scenario: str, where: tuple[str, ...], review_state: str, st
     try:
         filters = parse_filters({"scenario": scenario, "where": list(where), "review_state": review_state,
                                  "status": status, "batch": batch, "q": search, "date_from": date_from,
-                                 "date_to": date_to})
+                                 "date_to": date_to, "confidence": confidence, "sort": sort})
         with session_scope() as session:
             total = count(session, result_query(session, filters))
     except FilterError as exc:

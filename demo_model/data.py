@@ -62,7 +62,8 @@ def answer_text(answer: dict[str, Any]) -> str:
     return json.dumps(answer, separators=(",", ":"))
 
 
-def sampled_frames(scene: scenes.Scene, sampling: dict[str, Any]) -> tuple[np.ndarray, list[float]]:
+def sampled_frames(scene: scenes.Scene, sampling: dict[str, Any],
+                   hardness: scenes.Hardness | None = None) -> tuple[np.ndarray, list[float]]:
     """The frames and timestamps the CPU workers would store for the scene's video."""
     from vidlora.media.probe import ProbeInfo
     from vidlora.media.sampling import SamplingPolicy, plan_timestamps
@@ -72,7 +73,7 @@ def sampled_frames(scene: scenes.Scene, sampling: dict[str, Any]) -> tuple[np.nd
     planned = plan_timestamps(info, SamplingPolicy(**sampling))
     # The decoder delivers the frame on screen at each instant: the last one starting at or before it.
     picks = [min(FRAMES - 1, math.floor(t * FPS + 1e-9)) for t in planned]
-    frames = scenes.render(scene, FRAMES, SIZE)[picks]
+    frames = scenes.render(scene, FRAMES, SIZE, hardness)[picks]
     return np.stack([_jpeg_round_trip(f) for f in frames]), [i / FPS for i in picks]
 
 

@@ -20,7 +20,8 @@ from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest
 from vidlora.lifecycle import FINAL_ANALYSIS, IN_FLIGHT_ANALYSIS, AnalysisStatus
-from vidlora.models import Analysis, Result, as_utc, utcnow
+from vidlora.models import Analysis, Result, ResultConfidence, as_utc, utcnow
+from vidlora.results.confidence import AnswerConfidence
 from vidlora.result_health import ResultHealth
 from vidlora.results.fields import index_fields
 from vidlora.scenarios import Generation
@@ -157,9 +158,21 @@ def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict)
                 adapter=analysis.scenario.name if analysis.scenario.adapter_path else None,
                 adapter_version=analysis.scenario.adapter_version,
             )
+            add_confidence(result, AnswerConfidence.of(output.confidence) if parsed is not None else None)
             session.add(result)
             index_fields(session, result)
         analysis.status, analysis.reason = AnalysisStatus.DONE, None
+
+
+def add_confidence(result: Result, confidence: AnswerConfidence | None) -> None:
+    """The worker's confidences, typed: the answer's on the result, each field's in its row."""
+    if confidence is None or confidence.answer is None:
+        return
+    result.confidence = float(confidence.answer)
+    result.field_confidences = [
+        ResultConfidence(field=storable_text(name)[:255], confidence=float(value),
+                         tokens=int(confidence.tokens.get(name, 0)))
+        for name, value in confidence.fields.items()]
 
 
 def fail(analysis_id: int, reason: str) -> None:

@@ -47,7 +47,7 @@ def store_answers(release_id: int, outputs, schema: dict[str, Any] | None) -> in
     for out in outputs:
         parsed, schema_ok = parse_answer(out.text, schema) if out.error is None else (None, None)
         answers[out.request_key] = {"text": out.text, "parsed": parsed, "schema_ok": schema_ok,
-                                    "error": out.error, "health": out.health}
+                                    "error": out.error, "health": out.health, "confidence": out.confidence}
     with session_scope() as session:
         release = session.get(AdapterRelease, release_id)
         release.gold_answers, release.gold_run_at = answers, utcnow()

@@ -63,6 +63,8 @@ class AnalysisOutput:
     # vidlora.result_health.ResultHealth.as_dict(): the guard's verdict, as stored and shown.
     health: dict[str, Any] = field(default_factory=dict)
     structured: bool = False  # generated under a JSON Schema (its repetition is the schema's)
+    # vidlora.results.confidence.AnswerConfidence.as_dict() of a structured answer; None: unknown.
+    confidence: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, request_key: str, error: str, latency_s: float = 0.0,

@@ -307,10 +307,30 @@ class Result(Base):
     # Moved on by every review action (web.review.actions): a reviewer's save, approve or
     # reject names the version it was made against, and a stale one is refused, not applied.
     review_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # How sure the model was of this answer: its least certain field's confidence, from the
+    # tokens that wrote it (vidlora.results.confidence); None: unknown (a free-text answer, or
+    # stored before confidences were). Indexed: the review queue reads least certain first.
+    confidence: Mapped[float | None] = mapped_column(Float, index=True)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
     analysis: Mapped[Analysis] = relationship(back_populates="result")
     reviews: Mapped[list[Review]] = relationship(back_populates="result", order_by="Review.id")
+    field_confidences: Mapped[list[ResultConfidence]] = relationship(
+        order_by="ResultConfidence.id", cascade="all, delete-orphan", passive_deletes=True)
+
+
+class ResultConfidence(Base):
+    """One top-level field's confidence in a result's answer, as the model wrote it (an edit
+    does not change it: it is the model's doubt that reviewers and calibration read)."""
+
+    __tablename__ = "result_confidence"
+    __table_args__ = (Index("ix_result_confidence_field_confidence", "field", "confidence"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), index=True)
+    field: Mapped[str] = mapped_column(String(255))  # a top-level key of the answer
+    confidence: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[int] = mapped_column(Integer)  # the decision tokens it was read from
 
 
 class ResultField(Base):

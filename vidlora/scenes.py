@@ -81,12 +81,39 @@ def random_scene(kind: str, seed: int) -> Scene:
     return Scene(kind, seed, transcription="".join(rng.choice(list(GLYPHS), INSCRIPTION_LENGTH)))
 
 
-def render(scene: Scene, frames: int = 8, size: int = 224) -> np.ndarray:
+@dataclass(frozen=True)
+class Hardness:
+    """Scenes harder than the demo model was trained on, for measuring what it does when it
+    errs (bench/review_priority.py): heavier sensor noise, a static occluder in front of the
+    camera (a pillar, a survey board) hiding part of the view, and tombs of more chambers."""
+
+    noise: int = 6  # amplitude of the sensor noise (what training saw: 6)
+    occlusion: float = 0.0  # side of the occluding square, as a share of the frame (0: none)
+    max_chambers: int = 4  # tombs draw 1..max_chambers chambers (training: 4)
+
+
+def hard_scene(kind: str, seed: int, hardness: Hardness) -> Scene:
+    """``random_scene``, with tombs of up to ``hardness.max_chambers`` chambers."""
+    scene = random_scene(kind, seed)
+    if kind == "tomb" and hardness.max_chambers != 4:
+        rng = np.random.default_rng([KINDS.index(kind), seed, 5])
+        scene = Scene(kind, seed, chamber_count=int(rng.integers(1, hardness.max_chambers + 1)))
+    return scene
+
+
+def render(scene: Scene, frames: int = 8, size: int = 224, hardness: Hardness | None = None) -> np.ndarray:
     """The scene as ``frames`` RGB frames of ``size`` x ``size``: uint8 [T, H, W, 3]."""
+    hard = hardness or Hardness()
     draw = {"artifact": _artifact, "tomb": _tomb, "mural": _mural}[scene.kind]
     out = np.stack([draw(scene, t / max(frames - 1, 1), size) for t in range(frames)])
+    if hard.occlusion > 0:
+        rng = np.random.default_rng([KINDS.index(scene.kind), scene.seed, 4])
+        side = int(round(hard.occlusion * size))
+        x, y = (int(v) for v in rng.integers(0, size - side + 1, 2))
+        out[:, y:y + side, x:x + side] = rng.integers(40, 200, 3)
     # A little sensor noise, so no two scenes share a frame and codecs see texture.
-    noise = np.random.default_rng([KINDS.index(scene.kind), scene.seed, 2]).integers(-6, 7, out.shape)
+    noise = np.random.default_rng([KINDS.index(scene.kind), scene.seed, 2]).integers(-hard.noise, hard.noise + 1,
+                                                                                     out.shape)
     return np.clip(out.astype(np.int16) + noise, 0, 255).astype(np.uint8)
 
 
@@ -213,8 +240,12 @@ def _artifact(scene: Scene, t: float, size: int) -> np.ndarray:
 def _tomb(scene: Scene, t: float, size: int) -> np.ndarray:
     img = _canvas(size, (120, 104, 86))  # earth
     n = scene.chamber_count
-    # Chambers in a row, centred, with a slow pan: all in view in every frame.
+    # Chambers in a row, centred, with a slow pan: all in view in every frame (more than the
+    # 4 of training are drawn narrower, to fit).
     room_w, gap = size * 0.16, size * 0.07
+    if n > 4:
+        scale = 0.85 * size / (n * room_w + (n - 1) * gap)
+        room_w, gap = room_w * scale, gap * scale
     total = n * room_w + (n - 1) * gap
     pan = (t - 0.5) * size * 0.08
     x0 = (size - total) / 2 + pan

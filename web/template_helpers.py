@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -15,6 +16,7 @@ from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 from vidlora.status import stream_words
 from vidlora.reasons import in_words, member_name
+from vidlora.results.confidence import band_of
 from vidlora.results.fields import in_schema_order
 from vidlora.visible import PATTERN as INVISIBLE_PATTERN, visible
 
@@ -169,6 +171,16 @@ def health_summary(health: dict[str, Any] | None) -> tuple[str, str]:
 _ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
 
 
+def confidence_text(value: float | None) -> str:
+    """A confidence as reviewers read it: a whole percentage, never a false 100 %."""
+    if value is None:
+        return "unknown"
+    if value >= 1:
+        return "100 %"  # the grammar left one choice
+    pct = math.floor(100 * value)  # rounded down: 99.6 % shows as 99 %, not as certain
+    return f"{pct} %" if pct >= 1 else "<1 %"
+
+
 def field_label(path: str) -> str:
     """A field path as the edit form names it: "finds[0].material" -> "Find 1 · material"."""
     words = []
@@ -194,5 +206,5 @@ def init_app(app: Flask) -> None:
         STATUS_LABELS=STATUS_LABELS, VIDEO_LABELS=VIDEO_LABELS, VOCABULARY=VOCABULARY, STATUS_HINTS=STATUS_HINTS, REVIEW_LABELS=REVIEW_LABELS,
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
         canary_summary=canary_summary, describe_sampling=describe_sampling, stream_words=stream_words,
-        INVISIBLE_PATTERN=INVISIBLE_PATTERN,
+        INVISIBLE_PATTERN=INVISIBLE_PATTERN, confidence_text=confidence_text, confidence_band=band_of,
     )

@@ -488,7 +488,7 @@ class EngineHost:
             finally:
                 self._deadline = self._budget_s = None
                 self.last_lora_paths = self._paths_since(paths_before)
-            return [finish_output(req, out, verdict) for req, (out, verdict) in zip(requests, judged)]
+            return [finish_output(req, out, verdict, self.tokenizer) for req, (out, verdict) in zip(requests, judged)]
 
     def _paths_since(self, before: dict[str, int]) -> dict[str, int] | None:
         """LoRA module applications of the last batch by path (engine_patch.dense_lora): dense

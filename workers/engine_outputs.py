@@ -8,6 +8,7 @@ from typing import Any
 from engine_patch.guard import Verdict
 from vidlora.engine_io import AnalysisOutput, AnalysisRequest, chosen_logprobs
 from vidlora.result_health import ResultHealth
+from workers.confidence import with_confidence
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
@@ -48,12 +49,14 @@ def to_output(request_key: str, out: Any, latency: float) -> AnalysisOutput:
     )
 
 
-def finish_output(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict) -> AnalysisOutput:
-    """The output the caller gets: the guard's health on it, ``error`` set unless healthy."""
+def finish_output(req: AnalysisRequest, out: AnalysisOutput | None, verdict: Verdict,
+                  tokenizer: Any = None) -> AnalysisOutput:
+    """The output the caller gets: the guard's health on it, ``error`` set unless healthy, and
+    a structured answer's per-field confidences (``workers.confidence``; needs ``tokenizer``)."""
     if out is None:  # refused without running (a quarantined adapter)
         out = AnalysisOutput.failed(req.request_key, verdict.reason or "refused by the guard")
     health = ResultHealth.of(verdict.as_health())
     if not verdict.judged:
         health = replace(health, reason=out.error)
     error = out.error or (None if verdict.ok else f"degenerate output: {verdict.reason}")
-    return replace(out, error=error, health=health.as_dict())
+    return with_confidence(tokenizer, req, replace(out, error=error, health=health.as_dict()))

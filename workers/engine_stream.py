@@ -242,7 +242,7 @@ class EngineStream:
             self._hand_over(h, out, verdict)
 
     def _hand_over(self, held: Held, out: AnalysisOutput | None, verdict: Verdict) -> None:
-        final = finish_output(held.req, out, verdict)
+        final = finish_output(held.req, out, verdict, getattr(self.host, "tokenizer", None))
         self.stats.delivered += 1
         self.stats.output_tokens += final.output_tokens or 0
         self.deliver(held.req, final, held.mates or (held.req.request_key,))

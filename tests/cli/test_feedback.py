@@ -52,7 +52,8 @@ def with_frames(result_id: int, count: int = 3) -> list[bytes]:
 
 
 def test_eval_reports_each_version_with_counts_and_intervals(database):
-    seeded = seed_structured([BRONZE] * 5)
+    sure, unsure = {"sealed": 0.99, "finds": 0.95}, {"sealed": 0.99, "finds": 0.35}
+    seeded = seed_structured([BRONZE] * 5, confidences=[sure, unsure, unsure, sure, None])
     ids = seeded.result_ids
     review(ids[0], "approve", version="v1-aaaa")
     review(ids[1], "edit", fields=JADE, version="v1-aaaa")
@@ -67,10 +68,17 @@ def test_eval_reports_each_version_with_counts_and_intervals(database):
     assert v2["approved"]["rate"] == 1.0 and v2["approved"]["ci95"][0] < 1.0  # 2 of 2: a wide interval
     material = next(f for f in v1["fields"] if f["field"] == "finds.material")
     assert (material["right"], material["of"]) == (1, 2)  # the edit changed it; the rejection is not compared
+    # Calibration (issue 51): v1's sure answer was approved, its two unsure ones edited and rejected.
+    calibration = {c["version"]: c for c in json.loads(out.stdout)["calibration"]}
+    c1 = calibration["v1-aaaa"]["answers"]
+    assert (c1["count"], c1["right"], c1["ece"]) == (3, 1, pytest.approx((0.05 + 2 * 0.35) / 3, abs=1e-4))
+    assert [(b["low"], b["count"], b["accuracy"]) for b in c1["bins"]] == [(0.3, 2, 0.0), (0.9, 1, 1.0)]
+    assert calibration["v2-bbbb"]["answers"]["count"] == 1  # the other answer has no confidence: unknown
 
     out = vidlora("eval", seeded.scenario, "--version", "v2")
     assert out.returncode == 0 and "v2-bbbb" in out.stdout and "v1-aaaa" not in out.stdout
     assert "approved" in out.stdout and "finds.material" in out.stdout
+    assert "calibration of 1 answers (1 from reviews): ECE 5.0 %" in out.stdout
 
     out = vidlora("eval", "no_such_scenario")
     assert out.returncode == 1 and "no scenario 'no_such_scenario'" in out.stderr

@@ -28,6 +28,17 @@ def test_results_where_as_csv_jsonl_and_parquet(database, tmp_path):
     assert [r["result_id"] for r in rows] == [str(seeded.result_ids[0])] and rows[0]["field.sealed"] == "true"
     assert b"1 result (csv)" in out.stderr
 
+    # The review queue least certain first (issue 51), in a confidence band.
+    unsure = seed_structured(ANSWERS, confidences=[{"sealed": 0.7}, {"sealed": 0.4, "finds": 0.6}, None])
+    out = vidlora("-s", unsure.scenario, "--review-state", "unreviewed", "--sort", "uncertain", "--format", "jsonl")
+    queue = [json.loads(line) for line in out.stdout.decode().splitlines()]
+    first, second, unknown = unsure.result_ids
+    assert [(r["result_id"], r["model_confidence"]) for r in queue] == [(second, 0.4), (first, 0.7), (unknown, None)]
+    out = vidlora("-s", unsure.scenario, "--confidence", "low", "--format", "jsonl")
+    assert [json.loads(line)["result_id"] for line in out.stdout.decode().splitlines()] == [second]
+    out = vidlora("-s", unsure.scenario, "--confidence", "sure")
+    assert out.returncode == 2 and b"Confidence must be one of" in out.stderr
+
     out = vidlora("-s", seeded.scenario, "-w", "period=han", "--format", "jsonl")
     assert sorted(json.loads(line)["result_id"] for line in out.stdout.decode().splitlines()) == seeded.result_ids[:2]
 

@@ -37,14 +37,18 @@ class Seeded:
 
 
 def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any] = CATALOGUE,
-                    review_states: list[str] | None = None, session=None) -> Seeded:
+                    review_states: list[str] | None = None, session=None,
+                    confidences: list[dict[str, float] | None] | None = None) -> Seeded:
     """One batch, one video per answer, each with a done analysis of a new structured scenario
     (an answer of None: the analysis is still running, no result). In the configured
-    database, or in ``session`` (flushed, not committed)."""
+    database, or in ``session`` (flushed, not committed). ``confidences``: per answer, its
+    fields' confidences as the worker would store them (the product's ``add_confidence``)."""
     from contextlib import nullcontext
 
     from vidlora.db import session_scope
     from vidlora.models import Analysis, Batch, BatchItem, FrameSet, Result, Scenario, Video, utcnow
+    from tasks.analysis_rows import add_confidence
+    from vidlora.results.confidence import AnswerConfidence
     from vidlora.results.fields import index_fields
 
     key = uuid.uuid4().hex[:10]
@@ -82,6 +86,9 @@ def seed_structured(answers: list[dict[str, Any] | None], schema: dict[str, Any]
                             health={"ok": True, "schema_ok": True}, model="tiny", adapter=None,
                             adapter_version="digest-abc",
                             review_state=review_states[index] if review_states else "unreviewed")
+            fields = confidences[index] if confidences else None
+            if fields:
+                add_confidence(result, AnswerConfidence(min(fields.values()), fields, dict.fromkeys(fields, 1)))
             session.add(result)
             index_fields(session, result)
             result_ids.append(result.id)

@@ -13,7 +13,7 @@ from tasks.analysis_rows import store
 from tests.support.running_rows import running_analyses
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput
-from vidlora.models import Analysis, Result, ResultField, Scenario
+from vidlora.models import Analysis, Result, ResultConfidence, ResultField, Scenario
 
 SCHEMA = {"type": "object", "required": ["finds"], "properties": {"finds": {"type": "array", "maxItems": 2}}}
 
@@ -46,6 +46,23 @@ def test_a_structured_answer_is_stored_parsed_and_checked(database):
         a = session.get(Analysis, aid)
         r = session.scalar(select(Result).where(Result.analysis_id == aid))
         assert a.status == "done" and r.parsed == {"finds": [{"type": "vessel"}]} and r.health["schema_ok"] is True
+
+
+def test_the_workers_confidences_are_stored_typed_and_an_answer_without_them_is_unknown(database):
+    from dataclasses import replace
+
+    aid, other = _running_analysis("analyze-confidence"), _running_analysis("analyze-no-confidence")
+    conf = {"answer": 0.42, "fields": {"finds": 0.42, "site\x00": 0.97}, "tokens": {"finds": 5, "site\x00": 2},
+            "method": "min"}
+    store(replace(_output(aid, json.dumps({"finds": []}), "stop"), confidence=conf), {"model": "m"})
+    store(_output(other, json.dumps({"finds": []}), "stop"), {"model": "m"})
+    with session_scope() as session:
+        r = session.scalar(select(Result).where(Result.analysis_id == aid))
+        rows = session.execute(select(ResultConfidence.field, ResultConfidence.confidence, ResultConfidence.tokens)
+                               .where(ResultConfidence.result_id == r.id).order_by(ResultConfidence.id)).all()
+        assert r.confidence == 0.42 and [tuple(x) for x in rows] == [("finds", 0.42, 5), ("site\ufffd", 0.97, 2)]
+        unknown = session.scalar(select(Result).where(Result.analysis_id == other))
+        assert unknown.confidence is None and unknown.field_confidences == []
 
 
 def test_a_stored_answer_has_its_fields_indexed(database):

@@ -49,6 +49,7 @@ def test_review_queue_redirects_to_unreviewed(logged_in_client, database):
     response = logged_in_client.get("/review/")
     assert response.status_code == 302
     assert "review_state=unreviewed" in response.headers["Location"]
+    assert "sort=uncertain" in response.headers["Location"]  # the model's doubts first (issue 51)
 
 
 def test_approve(logged_in_client, factory, reviewer_id):

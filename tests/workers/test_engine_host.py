@@ -617,7 +617,39 @@ def test_a_batch_mixing_schemas_and_free_text_gives_each_its_own_shape(host, fra
         assert o.error is None and o.structured and o.health["ok"], (key, o.error)
         if o.finish_reason == "stop":
             jsonschema.validate(json.loads(o.text), schema)
-    assert not outs["s-free"].structured
+    assert not outs["s-free"].structured and outs["s-free"].confidence is None  # free text: unknown
+    _check_confidence(host.tokenizer, outs["s-chambers"], "chambers")
+    if outs["s-finds"].finish_reason == "stop":  # the random model may fill max_tokens with digits
+        _check_confidence(host.tokenizer, outs["s-finds"], "finds")
+
+
+def _check_confidence(tokenizer, o, field: str) -> None:
+    """The worker's field confidence (issue 51), against the engine's own logprobs read here the
+    slow way: each token's span from decoding the whole prefix, the value's decision characters
+    found in the text by hand."""
+    import math
+    import re
+
+    assert o.finish_reason == "stop", o.text  # a cut-off answer is no answer (the analyze task fails it)
+    ends = [len(tokenizer.decode(o.token_ids[:i + 1], skip_special_tokens=True).rstrip("\ufffd"))
+            for i in range(len(o.token_ids))]
+    spans = list(zip([0, *ends[:-1]], ends))
+    probs = [math.exp(lp) for lp in o.logprobs]
+    if field == "chambers":  # an integer: its digits and the character that ended it
+        m = re.search(r'"chambers"\s*:\s*(-?\d+)\s*(.)', o.text)
+        decision = [(m.start(1), m.end(1)), (m.start(2), m.end(2))]
+    else:  # the material words (their letters and closing quotes), each item's "," or the "]"
+        decision = [(m.start(1), m.end(1) + 1) for m in re.finditer(r'"material"\s*:\s*"([^"]*)', o.text)]
+        close = o.text.rindex("]")
+        decision += [(close, close + 1)]
+    expected = min(p for (a, b), p in zip(spans, probs) if any(a < hi and lo < b for lo, hi in decision))
+    got = o.confidence["fields"][field]
+    if field == "chambers":
+        assert got == pytest.approx(expected, rel=1e-5), (o.text, got, expected)
+    else:  # finds has more decisions (its confidences' digits, the separators): never surer than these
+        assert got <= expected + 1e-6, (o.text, got, expected)
+    assert 0 < got <= 1 and o.confidence["answer"] == min(o.confidence["fields"].values())
+    assert o.confidence["method"] == "min" and o.confidence["tokens"][field] >= 1
 
 
 @pytest.mark.engine

@@ -61,7 +61,8 @@ def _neutral_leaves(value: Any) -> Any:
 def with_provenance(stmt: Select) -> Select:
     """Load what a row names besides the answer (frames, reviews) with the rows, not per row."""
     return stmt.options(selectinload(Analysis.frame_set), selectinload(Analysis.batch),
-                        selectinload(Result.reviews).selectinload(Review.user))
+                        selectinload(Result.reviews).selectinload(Review.user),
+                        selectinload(Result.field_confidences))
 
 
 def _rows(filters: ResultFilters) -> Iterator[dict]:

@@ -20,9 +20,9 @@ from vidlora.results.rows import COLUMNS
 
 INT_COLUMNS = {"analysis_id", "result_id", "batch_id", "video_id", "video_width", "video_height", "prompt_tokens",
                "output_tokens", "health_engine_runs"}
-FLOAT_COLUMNS = {"latency_s", "video_duration_s", "video_declared_duration_s"}
+FLOAT_COLUMNS = {"latency_s", "video_duration_s", "video_declared_duration_s", "model_confidence"}
 BOOL_COLUMNS = {"health_ok", "health_schema_ok", "health_isolated_rerun", "video_truncated"}
-JSON_COLUMNS = {"engine_versions", "health"}
+JSON_COLUMNS = {"engine_versions", "health", "model_field_confidence"}
 
 
 def arrow_type(node: dict[str, Any] | None, root: dict[str, Any] | None = None) -> pa.DataType:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, aliased
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Analysis, Batch, BatchItem, Result, ResultField, Scenario, Video
 from vidlora.results.conditions import Condition, ConditionError, parse_conditions
+from vidlora.results.confidence import BANDS, UNKNOWN
 from vidlora.results.fields import FieldSpec, schema_fields
 
 MAX_QUERY_CHARS = 500
@@ -43,6 +44,7 @@ class ResultFilters:
     date_to: date | None = None
     q: str = ""
     where: tuple[str, ...] = field(default=())  # field conditions, as typed
+    confidence: str = ""  # a band of the answer's confidence (CONFIDENCE_BANDS), or "unknown"
     sort: str = ""  # a key of SORTS; "" is relevance when searching, else newest first
 
     @property
@@ -56,6 +58,10 @@ class ResultFilters:
         if self.where:
             args["where"] = list(self.where)
         return args
+
+    def with_confidence(self, band: str) -> "ResultFilters":
+        """These filters with the confidence band set ("" clears it): a facet link."""
+        return ResultFilters(**{**asdict(self), "confidence": band})
 
     def with_where(self, condition: str | None = None, without: str | None = None) -> "ResultFilters":
         """These filters with one condition added (a facet link) or removed (its chip)."""
@@ -111,6 +117,9 @@ def parse_filters(args) -> ResultFilters:
                   if w and w.strip())
     if any(len(w) > MAX_CONDITION_CHARS for w in where):
         raise FilterError(f"A field condition may have at most {MAX_CONDITION_CHARS} characters.")
+    confidence = get("confidence")
+    if confidence and confidence not in CONFIDENCE_BANDS:
+        raise FilterError(f"Confidence must be one of: {', '.join(CONFIDENCE_BANDS)}.")
     sort = get("sort")
     if sort and sort not in SORTS:
         raise FilterError(f"Sort must be one of: {', '.join(SORTS)}.")
@@ -118,7 +127,7 @@ def parse_filters(args) -> ResultFilters:
         sort=sort, scenario=get("scenario"), review_state=review_state, status=status,
         batch=int(batch_raw) if batch_raw else None,
         date_from=_date(get("date_from"), "From"), date_to=_date(get("date_to"), "To"), q=q,
-        where=tuple(dict.fromkeys(where)),
+        where=tuple(dict.fromkeys(where)), confidence=confidence,
     )
     if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
         raise FilterError("The 'from' date is after the 'to' date.")
@@ -132,9 +141,20 @@ SORTS = {
     "oldest": (Analysis.id.asc(),),
     "name": (Video.original_name.asc(), Analysis.id.desc()),
     "scenario": (Scenario.title.asc(), Analysis.id.desc()),
+    # The review queue a reviewer with little time wants: the model's doubts first; answers
+    # without a confidence (free text, stored before) after all that have one.
+    "uncertain": (Result.confidence.asc().nulls_last(), Analysis.id.asc()),
 }
 SORT_LABELS = {"": "best match, or newest", "newest": "newest first", "oldest": "oldest first",
-               "name": "file name", "scenario": "scenario"}
+               "name": "file name", "scenario": "scenario", "uncertain": "least certain first"}
+CONFIDENCE_BANDS = {**{key: label for key, label, _low, _high in BANDS}, UNKNOWN: "unknown"}
+
+
+def _confidence_clause(band: str) -> ColumnElement[bool]:
+    if band == UNKNOWN:
+        return Result.confidence.is_(None)
+    low, high = next((lo, hi) for key, _label, lo, hi in BANDS if key == band)
+    return and_(Result.confidence >= low, Result.confidence < high)
 
 
 def _prefix_tsquery(q: str):
@@ -241,7 +261,7 @@ def build_query(filters: ResultFilters, postgres: bool, conditions: list[Conditi
     )
     # An inner join when only rows with a result can match: with an outer join PostgreSQL
     # cannot push the search condition down to the result table and its GIN index.
-    needs_result = bool(filters.review_state or conditions)
+    needs_result = bool(filters.review_state or conditions or filters.confidence)
     stmt = stmt.join(Result, Result.analysis_id == Analysis.id, isouter=not needs_result)
     if filters.scenario:
         stmt = stmt.where(Scenario.name == filters.scenario)
@@ -261,6 +281,8 @@ def build_query(filters: ResultFilters, postgres: bool, conditions: list[Conditi
         stmt = stmt.where(Analysis.created_at < end)
     if conditions:
         stmt = stmt.where(_field_clause(conditions))
+    if filters.confidence:
+        stmt = stmt.where(_confidence_clause(filters.confidence))
     if filters.q:
         if postgres:
             query = _prefix_tsquery(filters.q)
@@ -317,6 +339,19 @@ def facets(session: Session, filters: ResultFilters) -> list[Facet]:
         values = [FacetValue(v, counts.get((f.path, v), 0), f"{f.path}={v}", f"{f.path}={v}" in active)
                   for v in vocabulary]
         out.append(Facet(f, values))
+    return out
+
+
+def confidence_facet(session: Session, filters: ResultFilters) -> list[FacetValue]:
+    """How many results of the current filter (whatever band it picks) fall in each
+    confidence band; the value is the band's key, for the filter."""
+    base = ResultFilters(**{**asdict(filters), "confidence": "", "sort": ""})
+    ids = (result_query(session, base).with_only_columns(Result.id).where(Result.id.is_not(None))
+           .order_by(None).scalar_subquery())
+    out = []
+    for band in CONFIDENCE_BANDS:
+        n = session.scalar(select(func.count(Result.id)).where(Result.id.in_(ids), _confidence_clause(band))) or 0
+        out.append(FacetValue(band, n, band, filters.confidence == band))
     return out
 
 

@@ -21,7 +21,7 @@ COLUMNS = (
     "video_width", "video_height", "video_codec", "frames_deinterlace", "scenario", "status", "reason",
     "review_state", "reviewed_by", "reviewed_at", "review_note", "text", "edited_text", "final_text",
     "health_verdict", "health_ok", "health_schema_ok", "health_engine_runs", "health_isolated_rerun",
-    "health_quality", "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
+    "health_quality", "model_confidence", "model_field_confidence", "prompt_tokens", "output_tokens", "latency_s", "finish_reason", "model", "adapter",
     "adapter_version", "engine_versions", "frame_timestamps", "health", "created_at", "finished_at",
 )
 # Typed JSON only (JSONL, Parquet, the API): the answer as data, final and as the model gave it.
@@ -106,6 +106,10 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "reviewed_at": iso_utc(last_review.created_at) if last_review else None,
         "review_note": last_note,
         **_health_columns(result),
+        # The model's own doubt (vidlora.results.confidence), as it wrote the answer; None: unknown.
+        "model_confidence": result.confidence if result else None,
+        "model_field_confidence": ({c.field: c.confidence for c in result.field_confidences}
+                                   if result is not None and result.confidence is not None else None),
         "text": result.text if result else None,
         "edited_text": result.edited_text if result else None,
         "final_text": final,

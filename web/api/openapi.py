@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vidlora.lifecycle import AnalysisStatus, ReleaseStatus, ReviewAction, ReviewState, values
-from vidlora.results.query import SORTS
+from vidlora.results.query import CONFIDENCE_BANDS, SORTS
 from web.review.actions import MAX_NOTE_CHARS, MAX_TEXT_CHARS
 
 
@@ -59,7 +59,12 @@ RESULT_FILTERS = [  # an empty value is no filter (what a form sends for "any"):
                     "video's file name or a batch name it came in; on the text, web-search syntax: "
                     "\"phrases\", or, -exclude"},
     {"allowEmptyValue": True, "name": "sort", "in": "query", "schema": {"type": "string", "enum": list(SORTS)},
-     "description": "Order of the list; by default best match when searching, else newest first"},
+     "description": "Order of the list; by default best match when searching, else newest first; "
+                    "uncertain: the model's least certain answers first (unknown ones last)"},
+    {"allowEmptyValue": True, "name": "confidence", "in": "query",
+     "schema": {"type": "string", "enum": list(CONFIDENCE_BANDS)},
+     "description": "Only answers whose model confidence is in this band: " + ", ".join(
+         f"{k} ({v})" for k, v in CONFIDENCE_BANDS.items())},
     {"name": "where", "in": "query", "style": "form", "explode": True,
      "schema": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 300}},
      "description": "Field conditions on a structured scenario's answers (needs scenario), repeatable, all "
@@ -119,6 +124,23 @@ SCHEMAS: dict[str, Any] = {
         "note": {"type": "string", "nullable": True}, "created_at": {"type": "string", "format": "date-time"}}},
 }
 SCHEMAS["ResultRow"]["properties"]["frame_timestamps"]["items"] = {"type": "number"}
+_RELIABILITY = {"type": "object", "properties": {
+    "count": {"type": "integer"}, "right": {"type": "integer"},
+    "ece": {"type": "number", "nullable": True, "description": "Expected calibration error (0: calibrated)"},
+    "bins": {"type": "array", "items": {"type": "object", "properties": {
+        k: {"type": "integer" if k == "count" else "number"}
+        for k in ("low", "high", "count", "confidence", "accuracy", "gap")}}}}}
+SCHEMAS["Calibration"] = {"type": "object", "properties": {
+    "version": {"type": "string", "nullable": True},
+    "sources": {"type": "object", "additionalProperties": {"type": "integer"},
+                "description": "Answers per source: reviews, gold"},
+    "answers": _RELIABILITY, "fields": _RELIABILITY}}
+SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
+    "type": "number", "nullable": True, "minimum": 0, "maximum": 1,
+    "description": "How sure the model was of the answer: its least certain field's confidence; null: unknown"}
+SCHEMAS["ResultRow"]["properties"]["model_field_confidence"] = {
+    "type": "object", "nullable": True, "additionalProperties": {"type": "number"},
+    "description": "Per top-level field of the answer, the probability of the model's weakest choice in its value"}
 SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
@@ -240,12 +262,14 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                     media: {"schema": {"type": "string", "format": "binary"}}}}, **ERRORS}}}
                for kind, label, media in EXPORTS},
             "/results/facets": {"get": {
-                "summary": "Counts per value of each controlled-vocabulary field of a scenario, for the filter",
+                "summary": "Counts per value of each controlled-vocabulary field of a scenario, and per model-confidence band",
                 "parameters": [{**p, "required": True, "allowEmptyValue": False,
                                 "schema": {"type": "string", "minLength": 1, "pattern": NO_NUL}} if p["name"] == "scenario" else p
                                for p in RESULT_FILTERS],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "filters": {"type": "object"}, "total": {"type": "integer"},
+                    "confidence": {"type": "array", "items": {"type": "object", "properties": {
+                        "band": {"type": "string"}, "label": {"type": "string"}, "count": {"type": "integer"}}}},
                     "facets": {"type": "array", "items": {"type": "object", "properties": {
                         "field": {"type": "string"}, "kind": {"type": "string"},
                         "array": {"type": "string", "nullable": True},
@@ -293,6 +317,16 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                                                "description": "Only this adapter version (or a prefix of it)"}],
                 "responses": {"200": _json({"type": "object", "properties": {
                     "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Agreement")}}}),
+                    **ERRORS, **NOT_FOUND}}},
+            "/scenarios/{name}/calibration": {"get": {
+                "summary": "Per adapter version: the model's confidence against reviewed correctness (reviews "
+                           "and the gold set), a reliability table of 10 bins and the expected calibration error, "
+                           "for whole answers and for top-level fields",
+                "parameters": [SCENARIO_NAME, {"name": "version", "in": "query", "allowEmptyValue": True,
+                                               "schema": {"type": "string", "maxLength": 64},
+                                               "description": "Only this adapter version (or a prefix of it)"}],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "scenario": {"type": "string"}, "versions": {"type": "array", "items": _ref("Calibration")}}}),
                     **ERRORS, **NOT_FOUND}}},
             "/scenarios/{name}/versions": {"get": {
                 "summary": "The scenario's adapter versions (candidate, serving, retired), each that answered "

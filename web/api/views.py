@@ -15,7 +15,7 @@ from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
 from vidlora.results.export import with_provenance
 from vidlora.results.fields import changes, final_value
-from vidlora.results.query import FilterError, count, facets, parse_filters, result_query
+from vidlora.results.query import CONFIDENCE_BANDS, FilterError, confidence_facet, count, facets, parse_filters, result_query
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
 from web import json_input
@@ -183,7 +183,9 @@ def result_facets():
     filters = parse_filters(request.args)
     if not filters.scenario:
         raise FilterError("Facets are per scenario: give scenario=NAME.")
-    return jsonify(filters=filters.as_args(), total=count(session, result_query(session, filters)), facets=[{
+    return jsonify(filters=filters.as_args(), total=count(session, result_query(session, filters)), confidence=[
+        {"band": v.value, "label": CONFIDENCE_BANDS[v.value], "count": v.count} for v in confidence_facet(session, filters)
+    ], facets=[{
         "field": f.field.path, "kind": f.field.kind, "array": f.field.array,
         "values": [{"value": v.value, "count": v.count, "where": v.condition} for v in f.values],
     } for f in facets(session, filters)])
@@ -354,6 +356,17 @@ def agreement(name: str):
     scenario = _scenario_or_404(name)
     reports = scenario_agreement(session, scenario, request.args.get("version") or None,
                                  get_settings().eval_number_tolerance)
+    return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
+
+
+@bp.get("/scenarios/<name>/calibration")
+def calibration(name: str):
+    from vidlora.feedback.calibration import scenario_calibration
+
+    session = get_db()
+    scenario = _scenario_or_404(name)
+    reports = scenario_calibration(session, scenario, request.args.get("version") or None,
+                                   get_settings().eval_number_tolerance)
     return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
 
 

@@ -6,9 +6,11 @@ from sqlalchemy import select
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
 from vidlora.results.query import (
+    CONFIDENCE_BANDS,
     SORT_LABELS,
     FilterError,
     ResultFilters,
+    confidence_facet,
     count,
     facets,
     parse_filters,
@@ -34,19 +36,20 @@ def index():
         error, filters, stmt = str(exc), as_typed(), None
     size = page_size(current_app.config["PAGE_SIZE"])
     number = page_number()
-    rows, total, facet_list = [], 0, []
+    rows, total, facet_list, by_confidence = [], 0, [], []
     if stmt is not None:
         total = count(session, stmt)
         number = last_page_at_most(number, size, total)
         rows = session.execute(stmt.offset((number - 1) * size).limit(size)).all()
         facet_list = facets(session, filters)
+        by_confidence = confidence_facet(session, filters)
     batches = session.scalars(select(Batch).order_by(Batch.id.desc()).limit(200)).all()
     fields = scenario_fields(session, filters.scenario)
     return render_template(
         "query/index.html", filters=filters, rows=rows, page=Page(number, size, total), error=error,
         scenarios=scenario_choices(session), batches=batches, statuses=values(AnalysisStatus),
         review_states=values(ReviewState), facets=facet_list, fields=fields,
-        has_items=any(f.array for f in fields), sort_labels=SORT_LABELS, page_sizes=PAGE_SIZES, per_page=size,
+        has_items=any(f.array for f in fields), sort_labels=SORT_LABELS, confidence_bands=CONFIDENCE_BANDS, confidence_facet=by_confidence, page_sizes=PAGE_SIZES, per_page=size,
     ), (400 if error else 200)
 
 
@@ -59,7 +62,8 @@ def as_typed() -> ResultFilters:
         scenario=args.get("scenario", ""), review_state=args.get("review_state", ""), status=args.get("status", ""),
         batch=int(batch) if batch.isdigit() else None, date_from=args.get("date_from") or None,  # type: ignore[arg-type]
         date_to=args.get("date_to") or None, q=args.get("q", ""),  # type: ignore[arg-type]
-        where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""))
+        where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""),
+        confidence=args.get("confidence", ""))
 
 
 @bp.get("/export.csv")

@@ -47,8 +47,10 @@ def _result_or_404(result_id: int) -> Result:
 
 @bp.get("/")
 def index():
-    """The review queue: finished results nobody has looked at yet."""
-    return redirect(url_for("query.index", status=AnalysisStatus.DONE, review_state=ReviewState.UNREVIEWED))
+    """The review queue: finished results nobody has looked at yet, the model's doubts first
+    (answers without a confidence after them, oldest first)."""
+    return redirect(url_for("query.index", status=AnalysisStatus.DONE, review_state=ReviewState.UNREVIEWED,
+                            sort="uncertain"))
 
 
 def _json(text: str | None):

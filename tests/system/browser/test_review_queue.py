@@ -27,6 +27,8 @@ from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.browser
 ANSWER = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
+# The model's confidence in each result's finds, as the worker stores it (issue 51).
+FINDS_CONFIDENCE = (0.97, 0.8, 0.99, 0.3, 0.92, 0.75, 0.999, 0.1, 0.85, 0.45)
 
 
 @pytest.fixture()
@@ -36,7 +38,7 @@ def ten_results(database, tmp_path):
     from vidlora.db import session_scope
     from vidlora.models import Analysis
 
-    seeded = seed_structured([ANSWER] * 10)
+    seeded = seed_structured([ANSWER] * 10, confidences=[{"sealed": 0.9995, "finds": c} for c in FINDS_CONFIDENCE])
     media = Path(get_settings().media_root)
     [clip] = generate_samples(tmp_path, ["bronze_vessel"], tag=uuid.uuid4().hex[:8])
     with session_scope() as session:
@@ -65,6 +67,24 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     sign_in(page, live_server)
+
+    # The model's doubts first (issue 51): the list sorted least certain first from the form,
+    # then narrowed by the confidence facet; the review page names the doubtful field.
+    page.goto(f"{live_server}/results/?scenario={ten_results.scenario}")
+    page.select_option("[data-testid=filter-sort]", "uncertain")
+    page.click("[data-testid=filter-submit]")
+    page.wait_for_url(re.compile(r".*sort=uncertain.*"))
+    shown = page.eval_on_selector_all("[data-testid=result-table] tbody tr[data-result-id]",
+                                      "rows => rows.map(r => Number(r.dataset.resultId))")
+    assert shown == [ids[i] for i in sorted(range(10), key=lambda i: FINDS_CONFIDENCE[i])]
+    assert page.inner_text(f"[data-testid=confidence-{ids[7]}]") == "10 %"
+    page.screenshot(path=str(screenshots / "results-uncertain.png"), full_page=True)
+    page.click("[data-testid=facet-confidence-low]")
+    page.wait_for_url(re.compile(r".*confidence=low.*"))
+    assert page.locator("[data-testid=result-table] tbody tr[data-result-id]").count() == 3
+    page.click(f"[data-testid=review-link-{ids[7]}]")
+    assert page.inner_text("[data-testid=field-confidence-finds] .confidence") == "10 %"
+    assert page.locator("[data-testid=confidences] li").first.get_attribute("data-testid") == "field-confidence-finds"
 
     # The list, oldest first, and the first result from its review link: place 1 of 10.
     page.goto(f"{live_server}/results/?scenario={ten_results.scenario}&sort=oldest")

@@ -88,7 +88,7 @@ def _check_structured(rows, batch_id: int) -> None:
 
     from tasks.analysis_rows import storable_value
     from vidlora.db import session_scope
-    from vidlora.models import ResultField
+    from vidlora.models import ResultConfidence, ResultField
     from vidlora.results.fields import leaves
     from vidlora.results.query import parse_filters, result_query
 
@@ -106,6 +106,11 @@ def _check_structured(rows, batch_id: int) -> None:
                                      .where(ResultField.result_id == r.id)).all()
             assert sorted(map(tuple, stored), key=repr) == sorted(
                 ((f.path, f.item, f.text, f.num) for f in leaves(r.parsed)), key=repr)
+            # The worker read each top-level field's confidence from the engine's logprobs (issue 51).
+            conf = dict(session.execute(select(ResultConfidence.field, ResultConfidence.confidence)
+                                        .where(ResultConfidence.result_id == r.id)).all())
+            assert conf.keys() == r.parsed.keys() and all(0 < c <= 1 for c in conf.values()), (r.id, conf, r.text)
+            assert r.confidence == min(conf.values()), (r.id, r.confidence, conf)
         tomb = {a.id: r.parsed["construction"] for a, s, r, _ in rows if s.name == "tomb_structure"}
         value = sorted(tomb.values())[0]
         filters = parse_filters({"scenario": "tomb_structure", "batch": str(batch_id), "where": [f"construction={value}"]})
