@@ -138,33 +138,29 @@ def _adapter_check(scenario, settings: Settings) -> Check:
 
 
 def _media(settings: Settings) -> list[Check]:
-    root = settings.media_root
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".doctor-write-test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as exc:
-        return [Check("media store", False, f"{root}: {exc.strerror}", "make the media root writable by the workers")]
-    free_gb = shutil.disk_usage(root).free / 1e9
-    return [Check("media store", free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", "free disk space")]
+    return [_writable_folder("media store", settings.media_root, "make the media root writable by the workers",
+                             "free disk space")]
 
 
 def _adapter_cache(settings: Settings) -> list[Check]:
     """The folder registration writes normalised adapters to: a server fault there must show
     here as the server's, never as a verdict on an adapter."""
-    root = Path(settings.adapter_cache_dir)  # Settings defaults it under the var dir
     fix = ("make VIDLORA_ADAPTER_CACHE_DIR (default: VIDLORA_VAR_DIR/prepared-adapters) a writable folder "
            "with free space on each GPU worker")
+    return [_writable_folder("adapter cache", Path(settings.adapter_cache_dir), fix, fix)]
+
+
+def _writable_folder(name: str, root: Path, fix: str, full_fix: str) -> Check:
+    """A folder the workers write to: it exists, takes a file, and has over 1 GB free."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / ".doctor-write-test"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as exc:
-        return [Check("adapter cache", False, f"{root}: {type(exc).__name__}: {exc.strerror or exc}", fix)]
+        return Check(name, False, f"{root}: {type(exc).__name__}: {exc.strerror or exc}", fix)
     free_gb = shutil.disk_usage(root).free / 1e9
-    return [Check("adapter cache", free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", fix)]
+    return Check(name, free_gb > 1.0, f"{root} ({free_gb:.1f} GB free)", full_fix)
 
 
 def _tools() -> list[Check]:

@@ -600,10 +600,11 @@ class Bench:
         dims = self.video_dims.get(req.request_key)
         if dims is None:
             return self.args.prompt_len + req.max_tokens
-        from vidlora.engine_batches import PROMPT_OVERHEAD_TOKENS, TEMPORAL_PATCH, TOKEN_PIXELS
+        from vidlora.engine_batches import ReadyAnalysis, estimate_tokens
 
         frames, w, h = dims
-        return -(-frames // TEMPORAL_PATCH) * (w * h // TOKEN_PIXELS) + PROMPT_OVERHEAD_TOKENS + req.max_tokens
+        return estimate_tokens(ReadyAnalysis(id=0, adapter="-", frames=frames, width=w, height=h,
+                                             max_tokens=req.max_tokens, ready_since=None))
 
     def videos(self, adapters: bool, tag: str) -> dict[str, Any]:
         """Clips x shipped scenarios through the dispatcher's grouping and EngineHost.generate,
