@@ -123,18 +123,24 @@ def _since(value: str | None) -> datetime | None:
 def _export(scenario: str, out: Path, selection) -> None:
     from vidlora.db import session_scope
     from vidlora.feedback.measure import EvalError, scenario_or_error
-    from vidlora.feedback.training_set import TrainingSetError, render_prompt, write_training_set
+    from vidlora.feedback.training_set import TrainingSetError, write_training_set
 
     settings = get_settings()
     try:
         with session_scope() as session:
             row = scenario_or_error(session, scenario)
-            written = write_training_set(session, row, out, Path(settings.media_root), selection,
-                                         render_prompt(settings.model, row))
+            written = write_training_set(session, row, out, Path(settings.media_root), selection, settings.model)
     except (EvalError, TrainingSetError) as exc:
         raise click.ClickException(str(exc)) from None
     skipped = ", ".join(f"{n} {why}" for why, n in written.skipped.items())
     click.echo(f"{written.examples} example(s) of {scenario} written to {out}" + (f"; skipped: {skipped}" if skipped else ""))
+    factory = written.manifest["llamafactory"]
+    if factory["file"] is None:
+        click.echo(f"LLaMA-Factory form not written: {factory['why']}", err=True)
+    else:
+        left = "".join(f"; left out: {n} {why}" for why, n in factory["skipped"].items())
+        click.echo(f"LLaMA-Factory {factory['version']}: {factory['examples']} example(s) in {factory['file']}{left}; "
+                   f"train with: llamafactory-cli train {out / factory['recipe']}")
 
 
 @click.command("export-training")

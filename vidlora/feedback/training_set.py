@@ -13,9 +13,10 @@ A video is its sampled frames, in time order, with the seconds each was taken at
 the scenario's sampling gave the GPU worker, not the file again (so the trainer sees what the
 adapter will see). A structured answer is the reviewed value as compact JSON in the schema's
 key order, what the structured-output grammar lets the model write. Beside it:
-``dataset_info.json`` (LLaMA-Factory's description of the file) and ``manifest.json`` (counts,
-scenario, prompt as the model's chat template renders it, adapter versions the answers came
-from, review dates). Gold results are held out unless asked for; ``gold_only`` writes the
+``manifest.json`` (counts, scenario, prompt as the model's chat template renders it, adapter
+versions the answers came from, review dates) and LLaMA-Factory's form of the same examples
+(``vidlora.feedback.llamafactory``: ``llamafactory.jsonl``, ``dataset_info.json`` and a recipe),
+because LLaMA-Factory reads ``train.jsonl`` into other prompt tokens than vLLM serves. Gold results are held out unless asked for; ``gold_only`` writes the
 gold set itself in the same format.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from vidlora.feedback import llamafactory
 from vidlora.lifecycle import ReviewAction, ReviewState
 from vidlora.models import Analysis, Result, Scenario, as_utc
 from vidlora.results.fields import in_schema_order
@@ -90,9 +92,9 @@ def messages(scenario: Scenario, answer: str) -> list[dict[str, str]]:
                   {"role": "assistant", "content": answer}]
 
 
-def dataset_info(name: str) -> dict[str, Any]:
-    """LLaMA-Factory's description of the file (``dataset_dir`` is the export folder)."""
-    return {name: {"file_name": TRAIN_FILE, "formatting": "sharegpt",
+def dataset_info(name: str, file: str) -> dict[str, Any]:
+    """LLaMA-Factory's description of its form of the set (``dataset_dir`` is the export folder)."""
+    return {name: {"file_name": file, "formatting": "sharegpt",
                    "columns": {"messages": "messages", "videos": "videos"},
                    "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
                             "assistant_tag": "assistant", "system_tag": "system"}}}
@@ -123,9 +125,11 @@ def _place(src: Path, dst: Path, link: bool) -> None:
 
 
 def write_training_set(session: Session, scenario: Scenario, out: Path, media_root: Path, sel: Selection,
-                       rendered_prompt: str | None = None) -> Written:
-    """Write the examples, ``dataset_info.json`` and ``manifest.json`` into ``out`` (which
-    must be empty or new: an export is one set, never merged with an older one)."""
+                       model: str | None = None) -> Written:
+    """Write the examples, ``manifest.json`` and, where ``model``'s folder can be read here,
+    LLaMA-Factory's form of them (``vidlora.feedback.llamafactory``: its file, recipe and
+    ``dataset_info.json``) into ``out`` (which must be empty or new: an export is one set,
+    never merged with an older one)."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise TrainingSetError(f"{out} is not empty: export into a new folder")
@@ -138,6 +142,8 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
     def skip(reason: str) -> None:
         written.skipped[reason] = written.skipped.get(reason, 0) + 1
 
+    name = f"vidlora_{scenario.name}{'_gold' if sel.gold_only else ''}"
+    factory, no_factory = llamafactory.Writer.for_model(out, name, model)
     with (out / TRAIN_FILE).open("w", encoding="utf-8") as fh:
         for result in _results(session, scenario, sel):
             when = reviewed_at(result)
@@ -154,7 +160,10 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
             frames = [f"frames/{result.id}/{i:04d}{p.suffix.lower()}" for i, p in enumerate(sources)]
             for src, rel in zip(sources, frames):
                 _place(src, out / rel, sel.link)
-            row = {"messages": messages(scenario, answer_of(result, scenario)), "videos": [frames],
+            conversation = messages(scenario, answer_of(result, scenario))
+            if factory is not None:
+                factory.add(conversation, scenario.prompt, sources, frames, frame_set.timestamps)
+            row = {"messages": conversation, "videos": [frames],
                    "video_timestamps": [[float(t) for t in frame_set.timestamps]],
                    "result_id": result.id, "video_sha256": result.analysis.video.sha256,
                    "adapter_version": result.adapter_version, "review_state": result.review_state,
@@ -166,8 +175,11 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
             states[result.review_state] = states.get(result.review_state, 0) + 1
             if when is not None:
                 dates.append(when)
-    name = f"vidlora_{scenario.name}{'_gold' if sel.gold_only else ''}"
-    (out / "dataset_info.json").write_text(json.dumps(dataset_info(name), indent=2) + "\n")
+    if factory is not None:
+        factory_part = factory.close()
+        (out / "dataset_info.json").write_text(json.dumps(dataset_info(name, llamafactory.FILE), indent=2) + "\n")
+    else:
+        factory_part = {"file": None, "why": no_factory}
     written.manifest = {
         "format": FORMAT, "file": TRAIN_FILE, "dataset_name": name, "scenario": scenario.name,
         "examples": written.examples, "by_review_state": states, "skipped": written.skipped,
@@ -176,7 +188,8 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
         "include": list(sel.include), "since": iso_utc(sel.since) if sel.since else None,
         "adapter_versions": versions, "serving_adapter_version": scenario.adapter_version,
         "reviewed_from": iso_utc(min(dates)) if dates else None, "reviewed_to": iso_utc(max(dates)) if dates else None,
-        "system": scenario.system_prompt, "prompt": scenario.prompt, "chat_template_prompt": rendered_prompt,
+        "system": scenario.system_prompt, "prompt": scenario.prompt,
+        "chat_template_prompt": render_prompt(model, scenario) if model else None, "llamafactory": factory_part,
         "output_schema": scenario.output_schema, "sampling": scenario.sampling,
         "frames": "linked" if sel.link else "copied",
     }
