@@ -9,6 +9,6 @@ import sys
 from tests.support.env import ROOT
 
 
-def vidlora(*args: str, stdin: str | None = None, text: bool = True) -> subprocess.CompletedProcess:
+def vidlora(*args: str, stdin: str | None = None, text: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=dict(os.environ), input=stdin,
-                          capture_output=True, text=text, timeout=120)
+                          capture_output=True, text=text, timeout=timeout)

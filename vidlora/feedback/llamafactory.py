@@ -142,8 +142,10 @@ class Recipe:
 
     def config(self, export: Path) -> dict[str, Any]:
         cutoff = max(1024, math.ceil((self.tokens + PROMPT_MARGIN_TOKENS) / 256) * 256)
+        local = Path(self.model)
         return {
-            "model_name_or_path": self.model,
+            # A local folder by its full path: the trainer runs from anywhere.
+            "model_name_or_path": str(local.resolve()) if local.is_dir() else self.model,
             "trust_remote_code": False,
             "stage": "sft", "do_train": True, "finetuning_type": "lora", "lora_target": "all",
             "dataset_dir": str(export.resolve()), "dataset": self.dataset,

@@ -124,21 +124,23 @@ def test_llamafactory_reads_an_export_into_exactly_the_engines_prompt_and_frames
     from vidlora.models import Scenario
     from web.review.actions import apply_review
 
-    seeded = seed_structured([BRONZE] * 5)
+    seeded = seed_structured([BRONZE] * 6)
     with session_scope() as session:
         session.query(Scenario).filter_by(name=seeded.scenario).one().system_prompt = SYSTEM
-    odd, still, even, tiny, mixed = seeded.result_ids
+    odd, still, even, tiny, mixed, gold = seeded.result_ids
     write_frames(odd, [0.37, 1.02, 2.66], [(64, 64)] * 3)  # off a regular grid, an odd count
     write_frames(still, [4.2], [(64, 96)])  # one frame: a patch of itself
     write_frames(even, [0.0, 0.5, 1.0, 1.5], [(96, 64)] * 4)
     write_frames(tiny, [0.0, 1.0, 2.0], [(32, 32)] * 3)  # a 2-frame split would be scaled up
     write_frames(mixed, [0.0, 1.0], [(64, 64), (96, 64)])  # the engine resizes to the first
+    write_frames(gold, [0.5, 1.5], [(64, 64)] * 2)  # held out: the trained adapter's exam
     from vidlora.models import Result
 
     for rid in seeded.result_ids:
         with session_scope() as session:
             result = session.get(Result, rid)
             apply_review(session, result, "approve", None, version=result.review_version)
+    assert vidlora("gold", "add", str(gold)).returncode == 0
 
     export = tmp_path / "export"
     out = vidlora("export-training", seeded.scenario, "--out", str(export))
@@ -181,3 +183,20 @@ def test_llamafactory_reads_an_export_into_exactly_the_engines_prompt_and_frames
     old_text = tokenizer.decode(old[0]["prompt_ids"])
     assert old[0]["prompt_ids"] != engine[0] and "<0.7 seconds>" not in old_text
     assert "<0.7 seconds>" in tokenizer.decode(engine[0])
+
+    # The recipe's command as docs/feedback-loop.md gives it (2 steps on the CPU), and the adapter
+    # it writes registered, answering the held-out gold video through the engine host.
+    trained = tmp_path / "trained"
+    proc = subprocess.run([str(LF_PYTHON.parent / "llamafactory-cli"), "train", str(export / "llamafactory.yaml"),
+                           "bf16=false", f"output_dir={trained}", "max_steps=2", "preprocessing_num_workers=1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = vidlora("scenarios", "register", seeded.scenario, str(trained), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "answered 1 gold video(s)" in out.stdout + out.stderr
+    from vidlora.models import AdapterRelease
+
+    with session_scope() as session:
+        [release] = session.query(AdapterRelease).filter(AdapterRelease.path == str(trained.resolve())).all()
+        [answer] = release.gold_answers.values()
+    assert answer["error"] is None and answer["schema_ok"] is True, answer
