@@ -32,13 +32,14 @@ from typing import Any
 
 import yaml
 
+from vidlora.engine_io import TIMEBASE_HZ  # the engine's frame times are whole ms
+
 VERSION = "0.9.5"  # the LLaMA-Factory release this form and recipe are checked against
 TEMPLATE = "keye_vl"
 FILE = "llamafactory.jsonl"
 RECIPE = "llamafactory.yaml"
 VIDEO_TAG = "<video>"
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
-TIMEBASE_HZ = 1000.0  # vidlora.engine_io.TIMEBASE_HZ: the engine's frame times are whole ms
 PROMPT_MARGIN_TOKENS = 64  # the turns' own tokens (role tags, think block) beyond their text
 LOW_PIXELS = 256  # LLaMA-Factory's video_min_pixels default; the recipe sets it below any frame
 
