@@ -120,7 +120,7 @@ def _since(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def _export(scenario: str, out: Path, selection) -> None:
+def _export(scenario: str, out: Path, selection, model: str | None = None) -> None:
     from vidlora.db import session_scope
     from vidlora.feedback.measure import EvalError, scenario_or_error
     from vidlora.feedback.training_set import TrainingSetError, write_training_set
@@ -129,7 +129,8 @@ def _export(scenario: str, out: Path, selection) -> None:
     try:
         with session_scope() as session:
             row = scenario_or_error(session, scenario)
-            written = write_training_set(session, row, out, Path(settings.media_root), selection, settings.model)
+            written = write_training_set(session, row, out, Path(settings.media_root), selection,
+                                         model or settings.model)
     except (EvalError, TrainingSetError) as exc:
         raise click.ClickException(str(exc)) from None
     skipped = ", ".join(f"{n} {why}" for why, n in written.skipped.items())
@@ -152,8 +153,11 @@ def _export(scenario: str, out: Path, selection) -> None:
               help="Which reviewed answers: edited, approved, or both.")
 @click.option("--with-gold", is_flag=True, help="Include the gold set (held out by default).")
 @click.option("--link", is_flag=True, help="Hard-link the frames instead of copying them (same file system).")
+@click.option("--model", default=None,
+              help="The served model's folder (its tokenizer and video processor config; no weights needed), "
+                   "where VIDLORA_MODEL is not on this host. It decides LLaMA-Factory's form of the set.")
 def export_training_command(scenario: str, out: Path, since: str | None, include: str, with_gold: bool,
-                            link: bool) -> None:
+                            link: bool, model: str | None) -> None:
     """Write SCENARIO's reviewed answers as a training set: messages JSON Lines with each
     video's frames and timestamps (LLaMA-Factory sharegpt / ms-swift messages), a manifest."""
     from vidlora.feedback.training_set import Selection, TrainingSetError
@@ -163,7 +167,7 @@ def export_training_command(scenario: str, out: Path, since: str | None, include
                               since=_since(since), with_gold=with_gold, link=link)
     except TrainingSetError as exc:
         raise click.BadParameter(str(exc), param_hint="--include") from None
-    _export(scenario, out, selection)
+    _export(scenario, out, selection, model)
 
 
 @click.group("gold")

@@ -188,7 +188,7 @@ class Writer:
         geometry = VideoGeometry.of_model(model) if model else None
         if geometry is None:
             return None, (f"the model's video processor settings ({model or 'no model'}/video_preprocessor_config.json) "
-                          "cannot be read here: export where the model is")
+                          "cannot be read here: export where the model is, or name its folder with --model")
         return cls(out, dataset, model, geometry), None
 
     def add(self, messages: list[dict[str, str]], prompt: str, frames: list[Path], names: list[str],

@@ -82,6 +82,31 @@ def write_frames(result_id: int, timestamps: list[float], sizes: list[tuple[int,
         frame_set.files, frame_set.timestamps = files, timestamps
 
 
+def approve(result_ids: list[int]) -> None:
+    from vidlora.db import session_scope
+    from vidlora.models import Result
+    from web.review.actions import apply_review
+
+    for rid in result_ids:
+        with session_scope() as session:
+            result = session.get(Result, rid)
+            apply_review(session, result, "approve", None, version=result.review_version)
+
+
+def test_where_the_models_settings_cannot_be_read_the_export_says_so_and_writes_no_llamafactory_form(
+        database, tmp_path):
+    seeded = seed_structured([BRONZE])
+    write_frames(seeded.result_ids[0], [0.0, 1.0], [(64, 64)] * 2)
+    approve(seeded.result_ids)
+    export = tmp_path / "export"
+    out = vidlora("export-training", seeded.scenario, "--out", str(export), "--model", str(tmp_path / "elsewhere"))
+    assert out.returncode == 0 and "1 example(s)" in out.stdout, out.stderr
+    assert "LLaMA-Factory form not written" in out.stderr and "name its folder with --model" in out.stderr
+    assert (export / "train.jsonl").exists() and not (export / "llamafactory.jsonl").exists()
+    assert not (export / "dataset_info.json").exists()  # nothing for LLaMA-Factory to read into other tokens
+    assert json.loads((export / "manifest.json").read_text())["llamafactory"]["file"] is None
+
+
 def engine_requests(result_ids: list[int]) -> list:
     """The GPU worker's requests for these results' analyses (tasks.analysis_rows.build_request)."""
     from tasks.analysis_rows import build_request
@@ -122,7 +147,6 @@ def test_llamafactory_reads_an_export_into_exactly_the_engines_prompt_and_frames
     assert LF_PYTHON.exists(), "scripts/install-llamafactory.sh (run by scripts/test.sh) makes LLaMA-Factory's venv"
     from vidlora.db import session_scope
     from vidlora.models import Scenario
-    from web.review.actions import apply_review
 
     seeded = seed_structured([BRONZE] * 6)
     with session_scope() as session:
@@ -134,12 +158,7 @@ def test_llamafactory_reads_an_export_into_exactly_the_engines_prompt_and_frames
     write_frames(tiny, [0.0, 1.0, 2.0], [(32, 32)] * 3)  # a 2-frame split would be scaled up
     write_frames(mixed, [0.0, 1.0], [(64, 64), (96, 64)])  # the engine resizes to the first
     write_frames(gold, [0.5, 1.5], [(64, 64)] * 2)  # held out: the trained adapter's exam
-    from vidlora.models import Result
-
-    for rid in seeded.result_ids:
-        with session_scope() as session:
-            result = session.get(Result, rid)
-            apply_review(session, result, "approve", None, version=result.review_version)
+    approve(seeded.result_ids)
     assert vidlora("gold", "add", str(gold)).returncode == 0
 
     export = tmp_path / "export"
