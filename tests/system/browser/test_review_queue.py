@@ -139,7 +139,7 @@ def test_ten_results_reviewed_by_keyboard(live_server, reviewer, browser, screen
     page.goto(f"{live_server}/review/results/{ids[4]}")
     diff = page.locator("[data-testid=field-diff] tbody tr[data-path=site]")
     assert diff.count() == 1 and "Trench 4 north" in diff.inner_text()
-    page.screenshot(path=str(screenshots / "review-edited.png"))
+    page.screenshot(path=str(screenshots / "review-edited.png"), full_page=True)  # the diff and history below
 
     # The export carries each verdict, who gave it, and the final answer.
     with page.expect_download() as info:
