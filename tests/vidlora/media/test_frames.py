@@ -123,11 +123,13 @@ def test_parent_rejects_a_backend_that_returns_neighbouring_frames(good, tmp_pat
 
 
 def test_hung_decoder_is_killed_with_its_children(good, tmp_path, monkeypatch):
+    # Probed before the decoder hangs: the probe's first-picture check runs in the same decode
+    # server, and would wait out its own default limit on the hung one.
+    info = probe(good["h264_mp4"])
     pidfile = tmp_path / "child.pid"
     monkeypatch.setenv(fake_decoders.PIDFILE_ENV, str(pidfile))
     monkeypatch.setattr(decode_server, "ENTRY", "tests.support.fake_decoders:hang")
     settings = Settings(decode_timeout_s=1.5)
-    info = probe(good["h264_mp4"])
     t0 = time.monotonic()
     with pytest.raises(BadVideo) as exc:
         sample_video(good["h264_mp4"], UNIFORM8, tmp_path / "h" / "f", info=info, settings=settings,
