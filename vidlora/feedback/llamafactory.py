@@ -108,18 +108,18 @@ def frame_groups(frames: list[str], timestamps: list[float], temporal: int = 2) 
     return groups
 
 
-def user_content(prompt: str, groups: list[tuple[str, list[str]]]) -> str:
-    return VISION_START + "".join(time + VIDEO_TAG for time, _ in groups) + VISION_END + prompt
+def video_text(groups: list[tuple[str, list[str]]]) -> str:
+    """The video as vLLM renders it, each patch's pads left to one 2-frame video's placeholder."""
+    return VISION_START + "".join(time + VIDEO_TAG for time, _ in groups) + VISION_END
 
 
-def row(messages: list[dict[str, str]], prompt: str, frames: list[str], timestamps: list[float],
-        temporal: int) -> dict[str, Any]:
-    """One example: the export's conversation with the user turn written out as vLLM renders
-    it, and one 2-frame video per placeholder."""
+def row(messages: list[dict[str, str]], frames: list[str], timestamps: list[float], temporal: int) -> dict[str, Any]:
+    """One example: the export's conversation with its one video placeholder written out as
+    vLLM renders the video, and one 2-frame video per placeholder that leaves."""
     groups = frame_groups(frames, timestamps, temporal)
     out = [dict(m) for m in messages]
-    user = next(m for m in out if m["role"] == "user")
-    user["content"] = user_content(prompt, groups)
+    user = next(m for m in out if VIDEO_TAG in m["content"])
+    user["content"] = user["content"].replace(VIDEO_TAG, video_text(groups), 1)
     return {"messages": out, "videos": [g for _, g in groups]}
 
 
@@ -172,7 +172,8 @@ class Recipe:
 
 
 class Writer:
-    """Writes the form beside the export's ``train.jsonl``, an example at a time."""
+    """Writes the form beside the export's ``train.jsonl``, an example at a time; a context
+    manager, so its file is closed whatever happens to the export."""
 
     def __init__(self, out: Path, dataset: str, model: str, geometry: VideoGeometry):
         self.out, self.geometry = out, geometry
@@ -191,7 +192,13 @@ class Writer:
                           "cannot be read here: export where the model is, or name its folder with --model")
         return cls(out, dataset, model, geometry), None
 
-    def add(self, messages: list[dict[str, str]], prompt: str, frames: list[Path], names: list[str],
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def add(self, messages: list[dict[str, str]], frames: list[Path], names: list[str],
             timestamps: list[float]) -> None:
         from PIL import Image
 
@@ -204,14 +211,15 @@ class Writer:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
             return
         (width, height), = sizes
-        example = row(messages, prompt, names, timestamps, self.geometry.temporal)
+        example = row(messages, names, timestamps, self.geometry.temporal)
         self._fh.write(json.dumps(example, ensure_ascii=False) + "\n")
         self.examples += 1
         texts = [m["content"] for m in example["messages"]]
         self.recipe.note(width * height, self.geometry.tokens(len(frames), height, width)
                          + text_tokens_at_most(*texts))
 
-    def close(self) -> dict[str, Any]:
+    def finish(self) -> dict[str, Any]:
+        """Close the file, write the recipe; the manifest's part."""
         self._fh.close()
         self.recipe.write(self.out)
         return {"file": FILE, "recipe": RECIPE, "version": VERSION, "template": TEMPLATE,

@@ -16,8 +16,9 @@ key order, what the structured-output grammar lets the model write. Beside it:
 ``manifest.json`` (counts, scenario, prompt as the model's chat template renders it, adapter
 versions the answers came from, review dates) and LLaMA-Factory's form of the same examples
 (``vidlora.feedback.llamafactory``: ``llamafactory.jsonl``, ``dataset_info.json`` and a recipe),
-because LLaMA-Factory reads ``train.jsonl`` into other prompt tokens than vLLM serves. Gold results are held out unless asked for; ``gold_only`` writes the
-gold set itself in the same format.
+because LLaMA-Factory reads ``train.jsonl`` into other prompt tokens than vLLM serves. Gold
+results are held out unless asked for; ``gold_only`` writes the gold set itself in the same
+format.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -144,7 +146,7 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
 
     name = f"vidlora_{scenario.name}{'_gold' if sel.gold_only else ''}"
     factory, no_factory = llamafactory.Writer.for_model(out, name, model)
-    with (out / TRAIN_FILE).open("w", encoding="utf-8") as fh:
+    with (out / TRAIN_FILE).open("w", encoding="utf-8") as fh, factory or nullcontext():
         for result in _results(session, scenario, sel):
             when = reviewed_at(result)
             if sel.since is not None and (when is None or when < as_utc(sel.since)):
@@ -162,7 +164,7 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
                 _place(src, out / rel, sel.link)
             conversation = messages(scenario, answer_of(result, scenario))
             if factory is not None:
-                factory.add(conversation, scenario.prompt, sources, frames, frame_set.timestamps)
+                factory.add(conversation, sources, frames, frame_set.timestamps)
             row = {"messages": conversation, "videos": [frames],
                    "video_timestamps": [[float(t) for t in frame_set.timestamps]],
                    "result_id": result.id, "video_sha256": result.analysis.video.sha256,
@@ -176,7 +178,7 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
             if when is not None:
                 dates.append(when)
     if factory is not None:
-        factory_part = factory.close()
+        factory_part = factory.finish()
         (out / "dataset_info.json").write_text(json.dumps(dataset_info(name, llamafactory.FILE), indent=2) + "\n")
     else:
         factory_part = {"file": None, "why": no_factory}

@@ -26,7 +26,7 @@ from PIL import Image
 from tests.support.cli import vidlora
 from tests.support.structured import seed_structured
 from tests.support.tiny import REPO, tiny_model
-from vidlora.feedback.llamafactory import VideoGeometry, frame_groups, user_content
+from vidlora.feedback.llamafactory import VideoGeometry, frame_groups, row
 
 LF_PYTHON = REPO / ".venv-llamafactory" / "bin" / "python"
 BRONZE = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8,
@@ -46,8 +46,13 @@ def test_each_patch_of_two_frames_gets_the_time_the_engine_writes_for_it():
 
 
 def test_the_user_turn_holds_the_outer_markers_each_patch_time_and_the_prompt():
-    text = user_content("List the finds.", frame_groups(["a", "b", "c"], [0.0, 0.5, 1.0]))
-    assert text == "<|vision_start|><0.2 seconds><video><1.0 seconds><video><|vision_end|>List the finds."
+    messages = [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "<video>List the finds."},
+                {"role": "assistant", "content": "{}"}]
+    example = row(messages, ["a", "b", "c"], [0.0, 0.5, 1.0], 2)
+    assert example["messages"][1]["content"] == \
+        "<|vision_start|><0.2 seconds><video><1.0 seconds><video><|vision_end|>List the finds."
+    assert example["messages"][0] == messages[0] and example["messages"][2] == messages[2]
+    assert example["videos"] == [["a", "b"], ["c", "c"]] and messages[1]["content"] == "<video>List the finds."
 
 
 def test_videos_a_two_frame_split_would_size_otherwise_are_refused_with_the_reason():
