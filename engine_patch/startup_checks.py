@@ -3,7 +3,7 @@
 The GPU worker runs them once, after its adapters are registered and before its first batch
 (``workers.engine_host.EngineHost.startup_checks``); ``python -m bench.gpu.selfcheck`` runs
 them through the worker's engine host on a device and writes them as JSON
-(``bench/gpu/device_run.sh selfcheck``).
+(``gpukit/stages.sh selfcheck``).
 ``engine_patch.selfcheck`` checks the LoRA kernels before the engine exists; these checks go
 through the engine itself: its scheduler, its batches and, on a GPU, its CUDA graphs.
 

@@ -5,7 +5,7 @@
 
 Through the worker's own ``EngineHost``: the engine it builds, the one adapter registration,
 ``startup_checks`` and the worker's reaction to a failure (an adapter refused, the eager
-rebuild, the refusal to start). ``bench/gpu/device_run.sh selfcheck`` runs it on the tiny model
+rebuild, the refusal to start). ``gpukit/stages.sh selfcheck`` runs it on the tiny model
 (CUDA graphs and eager) and on the 27B-shape dummy engine.
 """
 from __future__ import annotations

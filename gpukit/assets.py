@@ -2,7 +2,7 @@
 ``load_format="dummy"``) and rank-64 PEFT LoRA adapters on the GDN, attention and MLP
 modules of every language-model layer.
 
-    python -m bench.gpu.assets --out /dev/shm/vl --adapters 20 [--shape 27b|cpu-test|moe35|moe-cpu-test]
+    python -m gpukit.assets --out /dev/shm/vl --adapters 20 [--shape 27b|cpu-test|moe35|moe-cpu-test]
         [--layers N] [--weights dummy|random]
 
 ``moe35`` is the Qwen3.6-35B-A3B shape (issue 36; its adapters stay on the GDN and attention

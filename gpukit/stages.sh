@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the lent H200 (see bench/gpu/README.md). Usage: bash bench/gpu/device_run.sh STAGE [BUDGET_S]
+# Runs on the lent H200 (see gpukit/README.md). Usage: bash gpukit/stages.sh STAGE [BUDGET_S]
 #   STAGE: main     assets + the 27B-shape engine (graphs, engine_patch on): ratios, memory, swaps
 #          patchoff the same engine without engine_patch; then tiny-model verify + fault injection
 #          eager    the 27B-shape engine with enforce_eager (engine_patch on)
@@ -67,7 +67,7 @@ python3 -c "import vllm, torch, triton; print(vllm.__version__, torch.__version_
 assets() {
   if [ ! -f $ASSETS/assets.json ]; then
     log "assets"
-    python3 -m bench.gpu.assets --out $ASSETS --adapters 20 > $RES/assets.log 2>&1 || log "assets FAILED"
+    python3 -m gpukit.assets --out $ASSETS --adapters 20 > $RES/assets.log 2>&1 || log "assets FAILED"
     tail -1 $RES/assets.log
   fi
 }
@@ -196,7 +196,7 @@ field_tiny() {
 }
 field_27b() {  # LAYERS: 16 keeps every layer's shapes (and 3 GDN : 1 attention) at a quarter of the start-up cost
   local L=${FIELD_LAYERS:-16} D=$SCRATCH/vl27_${FIELD_LAYERS:-16}
-  [ -f $D/assets.json ] || python3 -m bench.gpu.assets --out $D --adapters 2 --layers $L > $RES/assets27.log 2>&1 || log "assets27 FAILED"
+  [ -f $D/assets.json ] || python3 -m gpukit.assets --out $D --adapters 2 --layers $L > $RES/assets27.log 2>&1 || log "assets27 FAILED"
   local KW='{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.45, "kv_cache_memory_bytes": 8589934592}'
   cell 27b b27_off_eager $D/model off 1 0 "$KW" $D/adapters/a00 $D/adapters/a01
   cell 27b b27_off_graphs $D/model off 0 0 "$KW" $D/adapters/a00 $D/adapters/a01
@@ -239,12 +239,12 @@ moe_stage() {  # issue 36 (see the header); the verify engines are small so each
   L=${MOE_LAYERS:-4} D=$SCRATCH/moe35_${MOE_LAYERS:-4}
   # The MoE config layout and tokenizer come from the tiny MoE model (carried, or built here in ~20 s).
   [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m workers.tiny_moe_model --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
-  [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m bench.gpu.assets --out $D --shape moe35 --layers $L \
+  [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m gpukit.assets --out $D --shape moe35 --layers $L \
     --adapters 1 --rank 16 --weights random > $RES/assets_moe.log 2>&1 || log "assets moe FAILED"; tail -1 $RES/assets_moe.log; }
   moe_check l$L $D/model $D/adapters "$VERIFYKW" --lengths 16,128,1024 --checks a,b
   if [ "${MOE_FULL:-0}" = 1 ] && [ $(left) -gt 240 ]; then
     F=$SCRATCH/moe35_full
-    [ -f $F/assets.json ] || python3 -m bench.gpu.assets --out $F --shape moe35 --adapters 1 --rank 16 > $RES/assets_moe_full.log 2>&1
+    [ -f $F/assets.json ] || python3 -m gpukit.assets --out $F --shape moe35 --adapters 1 --rank 16 > $RES/assets_moe_full.log 2>&1
     moe_check full $F/model $F/adapters '{"load_format": "dummy", "gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.6}' \
       --base-only --lengths 16,1024
   fi
@@ -270,7 +270,7 @@ case $STAGE in
     ;;
   vbench)  # issue 36: the bench rows per version, alone on the GPU (throughput is measured here)
     D=$SCRATCH/vl27_bench_${VBENCH_LAYERS:-16}
-    [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 --layers ${VBENCH_LAYERS:-16} > $RES/assets_vbench.log 2>&1 || log "assets FAILED"; }
+    [ -f $D/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $D --adapters 3 --layers ${VBENCH_LAYERS:-16} > $RES/assets_vbench.log 2>&1 || log "assets FAILED"; }
     R=356x256
     bench vbench_L${VBENCH_LAYERS:-16} on 0 warmup,all_nolora#${R}x16,all_one#${R}x16,all_mixed3#${R}x16,all_nolora#${R}x256,all_one#${R}x256,all_mixed3#${R}x256 $D "--max-num-seqs 256 --gpu-mem ${VBENCH_GPU_MEM:-0.9}"
     ;;
@@ -290,7 +290,7 @@ case $STAGE in
       [ $(left) -gt 120 ] && verify_nolora ) & L2=$!
     ( verify_long ) & L3=$!
     ( rebuild on; [ "${VERSION_MOE:-1}" = 1 ] && [ $(left) -gt 150 ] && moe_stage ) & L4=$!
-    ( [ -f $ASSETS/assets.json ] || python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L5=$!
+    ( [ -f $ASSETS/assets.json ] || python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 ) & L5=$!
     wait $L1 $L2 $L3 $L4 $L5
     ;;
   followup)  # issue 36: the open 0.33 checks (forced rebuild, check d, MoE) beside the 27B assets
@@ -299,14 +299,14 @@ case $STAGE in
     ( verify_nolora ) & L2=$!
     ( moe_stage ) & L3=$!
     D=$ASSETS; [ -n "${DECODEPROF_LAYERS:-}" ] && D=$SCRATCH/vl27_bench_$DECODEPROF_LAYERS  # decodeprof's, ahead of it
-    ( [ -f $D/assets.json ] || python3 -m bench.gpu.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 ) & L4=$!
+    ( [ -f $D/assets.json ] || python3 -m gpukit.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 ) & L4=$!
     wait $L1 $L2 $L3 $L4
     ;;
   decodeprof)  # issue 35: torch.profiler over 40 engine steps from the moment the stream holds 256
                # (decode-heavy: the shipped shape), no LoRA then 1 adapter, on one 27B engine
     # DECODEPROF_LAYERS=16 keeps every layer's shapes at a quarter of the start-up cost
     D=$ASSETS; [ -n "${DECODEPROF_LAYERS:-}" ] && D=$SCRATCH/vl27_bench_$DECODEPROF_LAYERS
-    [ -f $D/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    [ -f $D/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $D --adapters 3 ${DECODEPROF_LAYERS:+--layers $DECODEPROF_LAYERS} > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     bench decodeprof${DECODEPROF_LAYERS:+_L$DECODEPROF_LAYERS} on 0 warmup,streamprof_nolora#356x256x256,streamprof_one#356x256x256 $D "--max-num-seqs 256 --stream-capacity 256"
     # vLLM launches every LoRA kernel over max_loras + 1 slots unless specialize_active_lora
@@ -318,7 +318,7 @@ case $STAGE in
     mkdir -p $SCRATCH/traces && mv $RES/*_stream_trace.json $SCRATCH/traces/ 2>/dev/null  # tens of MB each: kept on the device
     ;;
   allslots)  # issue 35: what CUDA graphs capture for LoRA, through the streaming loop, both shapes
-    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     MODE=${ALLSLOTS_MODE:-on}
     PH=${ALLSLOTS_PHASES:-warmup,stream_nolora#2000x128x320,stream_one#2000x128x320,stream_mixed3#356x256x512,stream_one#356x256x512}
@@ -327,7 +327,7 @@ case $STAGE in
   streamvideos)  # issue 35 with video inputs: clips x the shipped scenarios (8 synthetic frames at their
                  # sampling size, no PyAV or ffmpeg needed), streamed at 256 in flight vs bare llm.generate
     D=$SCRATCH/vl27v
-    [ -f $D/assets.json ] || { log "assets27v"; python3 -m bench.gpu.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
+    [ -f $D/assets.json ] || { log "assets27v"; python3 -m gpukit.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
     N=${SV_CLIPS:-128}
     python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips $((4 * N + 2)) > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
@@ -339,7 +339,7 @@ case $STAGE in
           # engine: no LoRA then 3 adapters streamed, then bare llm.generate. FIT_LABEL names the row
           # group; FIT_ARGS: the engine's settings (--quantization fp8, --kv-cache-dtype fp8, ...)
     D=$SCRATCH/vl27v
-    [ -f $D/assets.json ] || { log "assets27v"; python3 -m bench.gpu.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
+    [ -f $D/assets.json ] || { log "assets27v"; python3 -m gpukit.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
     N=${SV_CLIPS:-128}
     [ -f $SCRATCH/synth/manifest.json ] || python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips $((4 * N + 2)) > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
     GPUKW=${FIT_GPUKW:-'{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'}
@@ -349,7 +349,7 @@ case $STAGE in
   cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
             # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.
             # Needs $SCRATCH/media: av.tar.xz (the av wheel's files), tools.tar.xz (ffmpeg + ffprobe),
-            # the pydantic and var/device-wheels wheels, oldtree.tgz (bench/gpu/README.md: "The CPU
+            # the pydantic and var/device-wheels wheels, oldtree.tgz (gpukit/README.md: "The CPU
             # feed on the host")
     M=$SCRATCH/media
     mkdir -p $M/site $M/bin $SCRATCH/oldtree
@@ -377,7 +377,7 @@ case $STAGE in
     done
     ;;
   stream2k|stream2k_b|stream2k_c)
-    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     case $STAGE in
       stream2k)   bench stream2k on 0 $STREAM2K_PHASES $ASSETS "--max-num-seqs 256 --stream-capacity 256" ;;
@@ -387,7 +387,7 @@ case $STAGE in
     esac
     ;;
   stream)
-    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+    [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
     GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     bench stream256 on 0 $STREAM_PHASES $ASSETS "--max-num-seqs 256 --stream-capacity 256"
     ;;
@@ -448,13 +448,13 @@ case $STAGE in
     ;;
   dense_r128)  # issue 14: rank 128, 3 adapters in 4 slots, dense vs Punica phases
     local_assets=$SCRATCH/vl128
-    [ -f $local_assets/assets.json ] || python3 -m bench.gpu.assets --out $local_assets --adapters 3 --rank 128 > $RES/assets128.log 2>&1 || log "assets128 FAILED"
+    [ -f $local_assets/assets.json ] || python3 -m gpukit.assets --out $local_assets --adapters 3 --rank 128 > $RES/assets128.log 2>&1 || log "assets128 FAILED"
     bench dense_r128 on 0 warmup,bare_nolora,bare_one,bare_one@punica,host_grouped3,host_grouped3@punica,host_mixed3,host_mixed3@punica,prefill_one,prefill_one@punica,prefill_nolora $local_assets "--max-lora-rank 128 --n-req 32"
     ;;
   videos)  # issue 14: videos per hour at 27B with the released-size vision tower, the worker's
            # settings (4 slots, 16 sequences); clips made and sampled (CPU-s per clip) beside the engine start
     local_assets=$SCRATCH/vl27v
-    [ -f $local_assets/assets.json ] || python3 -m bench.gpu.assets --out $local_assets --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"
+    [ -f $local_assets/assets.json ] || python3 -m gpukit.assets --out $local_assets --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"
     log "videos: clips + sampling"
     python3 -m bench.gpu.videos --out $SCRATCH/vid --clips ${VIDEO_CLIPS:-50} --seconds 20 > $RES/videos.log 2>&1 &
     VP=$!
@@ -475,7 +475,7 @@ case $STAGE in
       [ $(left) -gt 120 ] && [ ! -f $RES/verify_nolora.json ] && verify_nolora
     fi
     if [ $(left) -gt 300 ]; then
-      [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m bench.gpu.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
+      [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }
       selfcheck_run b27_graphs $ASSETS/model 0 '{"gdn_prefill_backend": "triton"}' "--dummy --max-lora-rank 64" \
         $ASSETS/adapters/a00 $ASSETS/adapters/a01 $ASSETS/adapters/a02
     fi

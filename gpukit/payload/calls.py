@@ -1,6 +1,6 @@
 """Print the device calls that carry one built payload (build.sh runs this into MODE/calls.txt).
 
-usage: python3 bench/gpu/payload_v27plus/calls.py .gpu-payload-v27/full [--run 'CMD'] [--carry PATH...]
+usage: python3 gpukit/payload/calls.py .gpu-payload-v27/full [--run 'CMD'] [--carry PATH...]
 One JSON object a line: {"call": k, "carry": [...], "command": "..."} for the device tool's run.
 Issue them back to back: the machine is given back after 30 s idle, so have the next call ready
 before reading the previous one's output. A call that exits 3 found a fresh machine: restart at 1.
@@ -16,7 +16,7 @@ ap.add_argument("--carry", nargs="*", default=[])
 a = ap.parse_args()
 d = a.dir.rstrip("/")
 parts = sorted(p for p in os.listdir(d) if p.startswith("payload.tar.xz.part-"))
-recv = "bash bench/gpu/payload_v27plus/recv.sh"
+recv = "bash gpukit/payload/recv.sh"
 env = ("export PYTHONPATH=${TMPDIR:-/tmp}/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 "
        "PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1")
 for k, p in enumerate(parts, 1):

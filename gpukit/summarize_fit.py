@@ -1,6 +1,6 @@
 """Issue 45's table from the device stage ``fit80`` (``bench_engine`` JSONs, one engine each):
 
-    python -m bench.gpu.summarize_fit --res bench/results/h100_fit80 --out bench/results/fit_80gb
+    python -m gpukit.summarize_fit --res bench/results/h100_fit80 --out bench/results/fit_80gb
 
 One row per phase: the card, vLLM, how the weights were held, videos per hour (three analyses a
 video: the shipped scenarios), the ratio to the same engine's streamed no-LoRA phase, the mean

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device side, one line per call: stash one carried chunk in ${TMPDIR:-/tmp}/chunks and say what is there.
-#   bash bench/gpu/payload_v27plus/recv.sh DIR PART            # calls 1..N-1
-#   bash bench/gpu/payload_v27plus/recv.sh DIR PART --install  # call N: stash, then install.sh
+#   bash gpukit/payload/recv.sh DIR PART            # calls 1..N-1
+#   bash gpukit/payload/recv.sh DIR PART --install  # call N: stash, then install.sh
 # DIR is the carried mode folder (e.g. .gpu-payload-v27/full), PART a chunk name in it
 # (payload.tar.xz.part-ab). Carry DIR/PART and DIR/SHA256SUMS with every call; this script and
 # install.sh travel with the work tree.

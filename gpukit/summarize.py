@@ -1,8 +1,8 @@
 """Turn the device run's JSON into bench/results/gpu_*.json and gpu_summary.md tables.
 
-    python -m bench.gpu.summarize --res DIR [--res DIR2 ...] --out bench/results
+    python -m gpukit.summarize --res DIR [--res DIR2 ...] --out bench/results
 
-DIR holds what bench/gpu/device_run.sh wrote (graphs_patch.json, graphs_nopatch.json,
+DIR holds what gpukit/stages.sh wrote (graphs_patch.json, graphs_nopatch.json,
 eager_patch.json, fault_{on,off}.json, verify_{on,off}.json, *.log).
 """
 

@@ -1,5 +1,5 @@
 """Issue 35's table from the device's bench_engine JSONs (device stages ``stream``, ``stream2k*``):
-python -m bench.gpu.summarize_stream --res bench/results/h200_stream bench/results/h200_stream2k \
+python -m gpukit.summarize_stream --res bench/results/h200_stream bench/results/h200_stream2k \
     --out bench/results/streaming_h200
 
 Each phase: analyses/s, videos/h (3 analyses per video, the shipped scenarios), the ratio to the
