@@ -25,6 +25,7 @@
 #          streamvideos issue 35: the shipped scenarios with video inputs (synthetic frames at their sampling
 #                   size), the streaming loop at 256 in flight vs bare llm.generate, no LoRA and adapters
 #          fit80    issue 45: the 27B on an 80 GB card with the worker's admission (FIT_ARGS: FP8 etc.)
+#          fp8prove issue 55: the FP8 base on the tiny model: verify fp8 vs bf16, video, long, start-up checks
 #          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
 #                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
 #          cpufeed  issue 35: CPU-s per 20 s 1080p clip on this host (no GPU), this tree vs fc3e6c8, 8 at once
@@ -341,10 +342,32 @@ case $STAGE in
     D=$SCRATCH/vl27v
     [ -f $D/assets.json ] || { log "assets27v"; python3 -m gpukit.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
     N=${SV_CLIPS:-128}
-    [ -f $SCRATCH/synth/manifest.json ] || python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips $((4 * N + 2)) > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
+    [ -f $SCRATCH/synth/manifest.json ] || python3 -m bench.gpu.synthetic_videos --out $SCRATCH/synth --clips ${SV_TOTAL:-$((4 * N + 2))} > $RES/synth.log 2>&1 || log "synthetic videos FAILED"
     GPUKW=${FIT_GPUKW:-'{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'}
     bench fit80_${FIT_LABEL:-fp8} on 0 ${FIT_PHASES:-warmup,videos_warm,stream_videos_nolora,stream_videos,all_videos_nolora} $D \
       "--max-num-seqs 256 --stream-capacity 0 --videos $SCRATCH/synth/manifest.json --video-clips $N ${FIT_ARGS:-}"
+    ;;
+  fp8prove)  # issue 55: the FP8 base serves every adapter exactly or refuses it. Tiny model, online
+            # FP8 (quantization="fp8" on the bf16 checkpoint): engine_patch.verify against PEFT fp32
+            # (its yardstick, merged~ref and base~base_ref, is then the FP8 base's own noise), beside
+            # the same run in bf16; video; the worker's start-up checks (guard canary, dense path).
+    M=$REPO/var/tiny-model/base A=$REPO/var/tiny-model/adapters
+    FP8KW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.12, "kv_cache_memory_bytes": 2147483648, "quantization": "fp8"}'
+    BFKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.12, "kv_cache_memory_bytes": 2147483648}'
+    vlane() {  # label kw more-args...
+      local label=$1 kw=$2; shift 2
+      log "verify $label"
+      timeout $(( $(left) - 5 )) python3 -m engine_patch.verify --model $M "$@" --json $RES/verify_$label.json \
+        --llm-kwargs "$kw" --workdir $SCRATCH/verify_$label > $RES/verify_$label.log 2>&1
+      log "verify $label rc=$?"; tail -4 $RES/verify_$label.log | cut -c1-300
+    }
+    LENS=16,128,450,1024,2048,4096,8192
+    ( vlane fp8 "$FP8KW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L1=$!
+    ( vlane bf16 "$BFKW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L2=$!
+    ( vlane fp8_video "$FP8KW" --adapter $A/artifact_identification --adapter $A/tomb_structure --video --max-new-tokens 16
+      [ $(left) -gt 100 ] && vlane fp8_long "$FP8KW" --adapter $A/artifact_identification --lengths 16384,32704 --max-new-tokens 16 --checks a,c ) & L3=$!
+    ( selfcheck_run fp8_graphs $M 0 "${FP8KW/0.12/0.06}" "--max-lora-rank 8" $A/artifact_identification $A/murals_inscriptions $A/tomb_structure ) & L4=$!
+    wait $L1 $L2 $L3 $L4
     ;;
   cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
             # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.

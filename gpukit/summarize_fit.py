@@ -19,6 +19,8 @@ WHAT = {
     "stream_videos": "worker loop, 3 adapters",
     "all_videos_nolora": "bare `llm.generate`, no LoRA",
     "all_videos": "bare `llm.generate`, 3 adapters",
+    "hostprof_videos": "worker loop, 3 adapters, engine thread profiled",
+    "hostprof_videos_nolora": "worker loop, no LoRA, engine thread profiled",
 }
 
 
@@ -27,20 +29,23 @@ def rows(res: list[Path]) -> list[dict]:
     for path in sorted(p for r in res for p in r.glob("fit80_*.json")):
         run = json.loads(path.read_text())
         phases = run.get("phases") or {}
-        nolora = phases.get("stream_videos_nolora")
         kw = run.get("engine_kwargs") or {}
         for name, row in phases.items():
-            if name not in WHAT or not isinstance(row, dict):
+            base = name.split("@")[0].split("#")[0].replace("_noschema", "")
+            if base not in WHAT or not isinstance(row, dict):
                 continue
+            schemas = row.get("schemas", run.get("schemas", True))
+            # the ratio's no-LoRA phase: the same engine, with the schemas as this phase had them
+            nolora = phases.get("stream_videos_nolora" + ("" if schemas else "_noschema"))
             steps = row.get("steps") or {}
             out.append({
-                "run": path.stem, "phase": name, "what": WHAT[name],
+                "run": path.stem, "phase": name, "what": WHAT[base],
                 "card": (run.get("versions") or {}).get("device"), "vllm": (run.get("versions") or {}).get("vllm"),
                 "dtype": kw.get("quantization") or "bf16", "kv_cache_dtype": kw.get("kv_cache_dtype", "auto"),
                 "analyses": row.get("requests"), "seconds": row.get("seconds"),
                 "videos_per_hour": row.get("videos_per_hour"),
                 "ratio_to_nolora": (round(row["req_s"] / nolora["req_s"], 3)
-                                    if nolora and name.startswith("stream") else None),
+                                    if nolora and not name.startswith("all") else None),
                 "decode_batch_mean": steps.get("decode_only_mean_batch"),
                 "decode_only_ms_per_step": steps.get("decode_only_ms_per_step"),
                 "mfu_in_mixed_steps": steps.get("mfu_in_mixed_steps"),
@@ -50,6 +55,8 @@ def rows(res: list[Path]) -> list[dict]:
                 "capacity": row.get("capacity"), "tokens_per_request": row.get("tokens_per_request"),
                 "output_tokens_per_analysis": round(row["output_tokens"] / row["requests"], 1) if row.get("requests") else None,
                 "errors": row.get("errors"), "engine_start_s": run.get("engine_start_s"),
+                "schemas": schemas,
+                "host_profile": row.get("host_profile"),
                 "cache_layout": run.get("cache_layout"),
                 "weight_gib": (run.get("memory") or {}).get("weight_gib"),
                 "kv_and_state_cache_gib": (run.get("memory") or {}).get("kv_and_state_cache_gib"),
@@ -61,15 +68,15 @@ def rows(res: list[Path]) -> list[dict]:
 
 
 def table(rs: list[dict]) -> str:
-    head = ("| run | phase | card | weights | videos/h | x no-LoRA | decode batch | decode step ms | "
-            "admitted | vLLM running | vLLM waiting |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = ("| run | phase | card | weights | schemas | videos/h | x no-LoRA | decode batch | decode step ms | "
+            "admitted | vLLM running | vLLM waiting |\n|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
     body = []
     for r in rs:
         if "error" in r:
-            body.append(f"| {r['run']} | {r['phase']} | failed: {r['error'].splitlines()[-1][:120]} |||||||||")
+            body.append(f"| {r['run']} | {r['phase']} | failed: {r['error'].splitlines()[-1][:120]} ||||||||||")
             continue
         body.append("| " + " | ".join(str(x if x is not None else "") for x in (
-            r["run"], r["what"], r["card"], r["dtype"], f"{r['videos_per_hour']:,}" if r["videos_per_hour"] else "",
+            r["run"], r["what"], r["card"], r["dtype"], "on" if r["schemas"] else "off", f"{r['videos_per_hour']:,}" if r["videos_per_hour"] else "",
             r["ratio_to_nolora"], r["decode_batch_mean"], r["decode_only_ms_per_step"], r["admitted_in_flight"],
             r["engine_running_mean"], r["engine_waiting_mean"])) + " |")
     return head + "\n".join(body) + "\n"

@@ -89,7 +89,7 @@ class Bench:
         self.args = args
         self.assets = Path(args.assets)
         self.results: dict[str, Any] = {"label": args.label, "patch": args.patch,
-                                        "eager": args.eager, "phases": {}, "errors": {},
+                                        "eager": args.eager, "schemas": args.schemas, "phases": {}, "errors": {},
                                         "started": time.time()}
         self.cfg = json.loads((self.assets / "model" / "config.json").read_text())
         self.deadline = float(args.deadline) if args.deadline else None
@@ -332,15 +332,19 @@ class Bench:
                 out.append([by_key[ids[item.id]] for item in b])
         return out
 
-    def run_stream(self, reqs: list, capacity: int, profile_steps: int = 0, profile_tag: str = "stream") -> dict[str, Any]:
+    def run_stream(self, reqs: list, capacity: int, profile_steps: int = 0, profile_tag: str = "stream",
+                   host_profile_steps: int = 0) -> dict[str, Any]:
         """The streaming GPU worker's engine loop (workers.engine_stream.EngineStream, what
         tasks.gpu_stream drives): everything offered at once, admitted as the engine has room
         (at most ``capacity`` in flight, adapter-aware), each output judged as it finishes.
         The scheduler's own output is traced per step (``bench.gpu.step_trace``): mixed and
         decode-only steps apart. ``profile_steps``: torch.profiler over that many steps from the
-        step the engine is full (a separate phase: the profiler slows what it watches)."""
+        step the engine is full (a separate phase: the profiler slows what it watches).
+        ``host_profile_steps``: a cProfile window of the engine thread over that many steps
+        from the step the engine is full (``bench.gpu.host_profile``: whose host time)."""
         import torch
 
+        from bench.gpu.host_profile import HostProfile
         from bench.gpu.step_trace import StepTrace, classify
         from workers.engine_stream import EngineStream
 
@@ -356,6 +360,7 @@ class Bench:
 
         stream = EngineStream(self.host, deliver, capacity=capacity)
         prof, prof_t0, prof_left, window = None, 0.0, 0, None
+        host_prof, host_t0, host_left, host_window = None, 0.0, 0, None
         _sync(torch)
         t0 = time.perf_counter()
         # Offered from another thread, as the worker's Celery thread offers them (and prepares
@@ -377,8 +382,16 @@ class Bench:
                     prof = profile(activities=acts)
                     prof.__enter__()
                     prof_t0, prof_left = time.perf_counter(), profile_steps
+                if host_profile_steps and host_prof is None and host_window is None and len(stream._running) >= min(capacity, len(reqs)):
+                    host_prof, host_t0, host_left = HostProfile(), time.perf_counter(), host_profile_steps
+                    host_prof.start()
                 s0 = time.perf_counter()
                 stream.step()
+                if host_prof is not None:
+                    host_left -= 1
+                    if host_left <= 0 or len(stats) >= len(reqs):
+                        host_window = host_prof.stop(time.perf_counter() - host_t0, host_profile_steps - host_left)
+                        host_prof = None
                 if trace is not None:
                     trace.step_done(time.perf_counter() - s0)
                 peak = max(peak, len(stream._running))
@@ -423,6 +436,10 @@ class Bench:
             row["steps"] = trace.summary(prompt_fl, PEAK_BF16)
         if window is not None:
             row["profile_window"] = window
+        if host_prof is not None:  # the phase ended inside the window
+            host_window = host_prof.stop(time.perf_counter() - host_t0, host_profile_steps - host_left)
+        if host_window is not None:
+            row["host_profile"] = host_window
         return row
 
     def _with_mfu(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -449,6 +466,14 @@ class Bench:
 
     def _phase_at(self, full_name: str, key: str) -> None:
         name, _, path = full_name.partition("@")
+        if name.endswith("_noschema"):
+            # Issue 55: the same phase without the scenarios' schemas on this engine, so schema
+            # on vs off is compared at the same batch (the grammar defers vLLM's sampling).
+            saved, self.args.schemas = self.args.schemas, False
+            try:
+                return self._phase_at(full_name.replace("_noschema", "", 1), key)
+            finally:
+                self.args.schemas = saved
         dense = _dense_lora()
         if dense is not None:
             dense.set_enabled(path != "punica")
@@ -514,10 +539,17 @@ class Bench:
         elif name in ("stream_videos", "stream_videos_nolora", "all_videos", "all_videos_nolora"):
             row = self.videos_at_once(stream=name.startswith("stream"), adapters=not name.endswith("nolora"),
                                       tag=full_name)
+        # Issue 55: the same, with a cProfile window of the engine thread (its own phase: the
+        # profiler slows the Python it watches).
+        elif name in ("hostprof_videos", "hostprof_videos_nolora"):
+            row = self.videos_at_once(stream=True, adapters=not name.endswith("nolora"), tag=full_name,
+                                      host_profile_steps=a.host_profile_steps)
         elif name == "closed_grouped3":  # today's batch worker: closed batches of batch_max_requests
             row = self._with_mfu(self.run_host(self.dispatcher_batches(self.requests(n, A3, full_name))))
         else:
             raise ValueError(f"unknown phase {name}")
+        if "videos" in name:
+            row["schemas"] = self.args.schemas
         self.results["phases"][full_name] = row
         self.log(f"{full_name}: {json.dumps(row)[:400]}")
 
@@ -617,7 +649,7 @@ class Bench:
         row = self.run_host(batches)
         return self._video_row(row, reqs, clips, cpu0, resource.getrusage(resource.RUSAGE_SELF))
 
-    def videos_at_once(self, stream: bool, adapters: bool, tag: str) -> dict[str, Any]:
+    def videos_at_once(self, stream: bool, adapters: bool, tag: str, host_profile_steps: int = 0) -> dict[str, Any]:
         """Clips x shipped scenarios offered at once: through the streaming worker's loop
         (``run_stream``, up to --stream-capacity in flight) or bare ``llm.generate`` (inputs built
         before the clock starts, so the bare engine pays for vLLM's part only)."""
@@ -626,7 +658,7 @@ class Bench:
         reqs, clips = self.video_requests(adapters, tag)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         if stream:
-            row = self.run_stream(reqs, self.stream_capacity(reqs))
+            row = self.run_stream(reqs, self.stream_capacity(reqs), host_profile_steps=host_profile_steps)
         else:
             row = self.run_bare([reqs])
         return self._with_mfu(self._video_row(row, reqs, clips, cpu0, resource.getrusage(resource.RUSAGE_SELF)))
@@ -833,6 +865,8 @@ def main() -> int:
                    "under torch.profiler, from the step the engine is full")
     p.add_argument("--videos", default="", help="bench.gpu.videos' manifest.json: enables the "
                    "videos / videos_nolora phases (video input allowed; may appear after the start)")
+    p.add_argument("--host-profile-steps", type=int, default=40, help="hostprof_videos* phases: a cProfile "
+                   "window of the engine thread over this many steps once the engine is full")
     p.add_argument("--video-clips", type=int, default=16, help="clips per video phase (each phase new ones)")
     p.add_argument("--video-out-len", type=int, default=256,
                    help="tokens every video analysis decodes (ignore_eos)")
