@@ -360,7 +360,7 @@ class Bench:
 
         stream = EngineStream(self.host, deliver, capacity=capacity)
         prof, prof_t0, prof_left, window = None, 0.0, 0, None
-        host_prof, host_t0, host_left, host_window = None, 0.0, 0, None
+        host_prof, host_t0, host_left, host_window, steps_seen = None, 0.0, 0, None, 0
         _sync(torch)
         t0 = time.perf_counter()
         # Offered from another thread, as the worker's Celery thread offers them (and prepares
@@ -382,11 +382,14 @@ class Bench:
                     prof = profile(activities=acts)
                     prof.__enter__()
                     prof_t0, prof_left = time.perf_counter(), profile_steps
-                if host_profile_steps and host_prof is None and host_window is None and len(stream._running) >= min(capacity, len(reqs)):
+                # From the step the engine is (nearly) full, or the 30th step: a window always opens.
+                if host_profile_steps and host_prof is None and host_window is None and (
+                        len(stream._running) >= 0.9 * min(capacity, len(reqs)) or steps_seen >= 30):
                     host_prof, host_t0, host_left = HostProfile(), time.perf_counter(), host_profile_steps
                     host_prof.start()
                 s0 = time.perf_counter()
                 stream.step()
+                steps_seen += 1
                 if host_prof is not None:
                     host_left -= 1
                     if host_left <= 0 or len(stats) >= len(reqs):
