@@ -57,6 +57,19 @@ class Settings(BaseSettings):
         ".mpv", ".m1v", ".m2v", ".h264", ".264", ".hevc", ".h265", ".265", ".ivf", ".y4m",
     )
 
+    # -- resumable uploads (tus; vidlora.resumable) -------------------------------------
+    # One file's cap: no limit but the disk's in spirit (a camcorder day is tens of GB).
+    resumable_max_bytes: int = 500 * 1024**3
+    # A chunk is refused (507) unless this much stays free after it: the store keeps room
+    # for the frames and the work already accepted.
+    resumable_min_free_bytes: int = 1024**3
+    # An upload no chunk has reached for this long is expired by the reconciler, its bytes
+    # deleted (a complete one never handed to a batch, too).
+    resumable_expire_after_s: float = 7 * 24 * 3600.0
+    # What the upload page and `vidlora upload` send per request (a proxy in front may cap
+    # request bodies); the server takes any size up to the file's end.
+    resumable_chunk_bytes: int = 64 * 1024**2
+
     # -- probing / sampling -------------------------------------------------------------
     max_video_pixels: int = 8192 * 8192  # "absurd resolution" above this
     max_duration_s: float = 6 * 3600.0
