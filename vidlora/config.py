@@ -9,6 +9,7 @@ PostgreSQL and Redis and points ``VIDLORA_MODEL`` / ``VIDLORA_ADAPTER_ROOT`` at 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -69,6 +70,10 @@ class Settings(BaseSettings):
     # What the upload page and `vidlora upload` send per request (a proxy in front may cap
     # request bodies); the server takes any size up to the file's end.
     resumable_chunk_bytes: int = 64 * 1024**2
+    # `vidlora upload` (a client of a remote vidlora): its API token, and where it keeps each
+    # file's upload URL so a killed run resumes (default: the user's cache folder).
+    api_token: str = ""
+    upload_cache_dir: Path | None = None
 
     # -- probing / sampling -------------------------------------------------------------
     max_video_pixels: int = 8192 * 8192  # "absurd resolution" above this
@@ -195,6 +200,9 @@ class Settings(BaseSettings):
             self.model = str(DEMO_MODEL / "base")
         if self.adapter_root is None:
             self.adapter_root = DEMO_MODEL / "adapters"
+        if self.upload_cache_dir is None:
+            cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            self.upload_cache_dir = Path(cache_home) / "vidlora"
         if self.adapter_cache_dir is None:
             self.adapter_cache_dir = self.var_dir / "prepared-adapters"
         if self.engine_rebuild not in ("auto", "replace"):
