@@ -60,6 +60,14 @@ def _uploader(client, path: Path, endpoint: str, storage, chunk_bytes: int):
     class Sha256Uploader(Uploader):
         CHECKSUM_ALGORITHM_PAIR = ("sha256", hashlib.sha256)
 
+        def _retry_or_cry(self, error):
+            # A refusal (4xx) is final: retrying a wrong type or a revoked token only waits.
+            # A wrong offset (409) or a busy upload (423) is retried from the server's offset.
+            status = getattr(error, "status_code", None)
+            if status is not None and 400 <= status < 500 and status not in (409, 423):
+                raise error
+            super()._retry_or_cry(error)
+
     def make():
         return Sha256Uploader(file_path=str(path), client=client, chunk_size=chunk_bytes, metadata={"filename": path.name},
                               retries=8, retry_delay=3, store_url=True, url_storage=storage,
