@@ -233,7 +233,7 @@ def _run(args, size: int, noise: bytes, redis_db: int) -> dict[str, Any]:
     return {
         "command": "python bench/upload_resume.py " + " ".join(sys.argv[1:]),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(), "size_bytes": size, "received_bytes": received_size, "disconnects": args.disconnects,
+        "machine": machine(), "load_average_at_end": [round(x, 1) for x in os.getloadavg()], "size_bytes": size, "received_bytes": received_size, "disconnects": args.disconnects,
         "segments": segments, "elapsed_s": round(elapsed, 1), "upload_mb_s": round(upload_mbs, 1),
         "disk_baseline_mb_s": round(disk_mbs, 1), "baseline_bytes": baseline_size,
         "upload_over_disk": round(upload_mbs / disk_mbs, 3), "sha256_verified": verified,
@@ -251,7 +251,8 @@ def write(result: dict[str, Any], out: Path) -> None:
     r, m = result["rss_mib"], result["machine"]
     lines = [
         "# Resumable upload: a large file over tus with forced disconnects (issue 59)", "",
-        f"Command: `{result['command']}` ({result['when']}, {m['cpus']} CPUs, {m['platform']}).", "",
+        f"Command: `{result['command']}` ({result['when']}, {m['cpus']} CPUs, {m['platform']}; load average "
+        f"{result['load_average_at_end']} at the end: the machine was shared).", "",
         f"- File: {result['size_bytes'] / 1e9:.1f} GB generated, sent to a real `vidlora web` (gunicorn, 1 worker) "
         f"over loopback with an API token; {result['disconnects']} TCP resets mid-PATCH, each followed by HEAD and a "
         "PATCH from the server's offset.",
