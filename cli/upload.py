@@ -42,8 +42,15 @@ class _Fingerprint:
         return digest.hexdigest()
 
 
+# What a refusal without a body (an answer to HEAD) means.
+BODILESS = {401: "the server does not accept this API token (unknown, revoked, or its account is deactivated)",
+            403: "this API token may not upload: it needs scope review"}
+
+
 def _refusal(exc: Exception) -> str:
     body = getattr(exc, "response_content", None) or b""
+    if not body and getattr(exc, "status_code", None) in BODILESS:
+        return BODILESS[exc.status_code]
     try:
         import json
 
@@ -75,10 +82,20 @@ def _uploader(client, path: Path, endpoint: str, storage, chunk_bytes: int):
 
     try:
         return make()
-    except TusCommunicationError:
+    except TusCommunicationError as exc:
+        if exc.status_code is None:
+            raise click.ClickException(f"{path.name}: cannot reach the server ({exc}); run the same command "
+                                       "again to resume") from exc
+        if exc.status_code not in (404, 410):
+            raise click.ClickException(f"{path.name}: {_refusal(exc)}") from exc
         # The URL kept from an earlier run is gone on the server (expired, or used): start anew.
-        storage.remove_item(_Fingerprint(path, endpoint).get_fingerprint(open(path, "rb")))
+        storage.remove_item(_fingerprint(path, endpoint))
         return make()
+
+
+def _fingerprint(path: Path, endpoint: str) -> str:
+    with path.open("rb") as fh:
+        return _Fingerprint(path, endpoint).get_fingerprint(fh)
 
 
 def send(base_url: str, paths: list[Path], scenarios: list[str], name: str | None, token: str,
@@ -102,12 +119,17 @@ def send(base_url: str, paths: list[Path], scenarios: list[str], name: str | Non
             uploader = _uploader(tus.TusClient(endpoint, headers=headers), path, endpoint, storage, chunk_bytes)
             if uploader.offset:
                 click.echo(f"{path.name}: resuming at {uploader.offset} of {uploader.stop_at} bytes", err=True)
+            shown = -1
             try:
                 while uploader.offset < uploader.stop_at or not uploader.url:
                     uploader.upload_chunk()
-                    click.echo(f"{path.name}: {uploader.offset} of {uploader.stop_at} bytes", err=True)
+                    percent = 100 * uploader.offset // max(1, uploader.stop_at)
+                    if percent != shown:  # at most a line per percent of a long file
+                        shown = percent
+                        click.echo(f"{path.name}: {uploader.offset} of {uploader.stop_at} bytes", err=True)
             except TusCommunicationError as exc:
-                raise click.ClickException(f"{path.name}: {_refusal(exc)}") from exc
+                again = "" if exc.status_code else "; run the same command again to resume"
+                raise click.ClickException(f"{path.name}: {_refusal(exc)}{again}") from exc
             keys.append((path, uploader.url.rstrip("/").rsplit("/", 1)[-1]))
         answer = requests.post(f"{base}/api/v1/batches", headers=headers, timeout=TIMEOUT_S, data={
             "uploads": [k for _, k in keys], "scenarios": scenarios, "name": name or paths[0].name})
@@ -115,7 +137,7 @@ def send(base_url: str, paths: list[Path], scenarios: list[str], name: str | Non
         if answer.status_code != 201:
             raise click.ClickException(body.get("detail") or f"the batch was refused (HTTP {answer.status_code})")
         for path, _ in keys:  # used: a later run of the same file is a new upload
-            storage.remove_item(_Fingerprint(path, endpoint).get_fingerprint(open(path, "rb")))
+            storage.remove_item(_fingerprint(path, endpoint))
         return body
     finally:
         storage.close()
@@ -128,7 +150,7 @@ def send(base_url: str, paths: list[Path], scenarios: list[str], name: str | Non
 @click.option("--name", default=None, help="Batch name (default: the first file's name).")
 @click.option("--token", default=None, help="API token (default: VIDLORA_API_TOKEN).")
 @click.option("--chunk-mb", default=8, show_default=True, type=click.IntRange(1, 4096),
-              help="Bytes per request; a dropped connection re-sends at most one chunk.")
+              help="MiB per request; a dropped connection re-sends at most one chunk.")
 def upload_command(url: str, files: tuple[Path, ...], scenarios: tuple[str, ...], name: str | None,
                    token: str | None, chunk_mb: int) -> None:
     """Send videos and archives to the vidlora at URL, resumably: run it again after a cut or

@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from tests.support.env import ROOT
 from tests.support.web_server import WebServer
-from tests.support.workers import wait_for
+from tests.support.workers import free_port, wait_for
 from vidlora.db import session_scope
 from vidlora.models import Batch, BatchItem, ResumableUpload, Video
 
@@ -101,3 +101,13 @@ def test_refusals_are_said_in_words(server, token, tmp_path):
     wrong = subprocess.run(upload_cmd(server, "vl_not-a-token", disguised), cwd=ROOT, capture_output=True, text=True,
                            timeout=120, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert wrong.returncode == 1 and "unknown, revoked" in wrong.stderr
+
+    # The server out of reach: said so, and that running the command again resumes.
+    class Unreachable:
+        url = f"http://127.0.0.1:{free_port()}"
+
+    clip = tmp_path / "a.mp4"
+    clip.write_bytes(b"\0" * 4096)
+    down = subprocess.run(upload_cmd(Unreachable, token, clip), cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert down.returncode == 1 and "run the same command again to resume" in down.stderr
