@@ -191,7 +191,9 @@ def test_hostile_requests_are_refused_in_words(server, account):
     assert requests.head(url, headers=auth(token), timeout=30).status_code == 404
 
 
-def test_limits_per_file_and_free_space(database, broker, artifacts_dir, account):
+def test_limits_per_file_and_free_space(server, database, broker, artifacts_dir, account):
+    # Made while the disk had room; its chunks come after the room is gone.
+    earlier = create(server, account["token"], MiB)
     web = WebServer(artifacts_dir / "resumable-limits-web.log", {
         "VIDLORA_RESUMABLE_MAX_BYTES": str(8 * MiB), "VIDLORA_RESUMABLE_MIN_FREE_BYTES": str(10**16)})
     try:
@@ -203,6 +205,9 @@ def test_limits_per_file_and_free_space(database, broker, artifacts_dir, account
         assert big.status_code == 413 and "limit of 8.0 MiB per file" in big.json()["detail"]
         full = ask(MiB)
         assert full.status_code == 507 and "free" in full.json()["detail"]
+        chunk = patch(web.url + earlier[len(server.url):], account["token"], 0, footage(MiB))
+        assert chunk.status_code == 507 and "the upload keeps what it has" in chunk.json()["detail"]
+        assert offset_of(earlier, account["token"]) == 0
     finally:
         web.stop()
 
