@@ -242,3 +242,25 @@ def _days(n: int):
     from datetime import timedelta
 
     return timedelta(days=n)
+
+
+def test_the_page_session_needs_its_csrf_token(server, account):
+    """The upload page sends tus requests with its session cookie: a write without the page's
+    CSRF token (as a hostile site's would be) is refused; with it, accepted."""
+    from tests.support.web import _META_CSRF
+
+    browser = requests.Session()
+    token = _META_CSRF.search(browser.get(f"{server.url}/auth/login", timeout=30).text).group(1)
+    signed_in = browser.post(f"{server.url}/auth/login", timeout=30, allow_redirects=False, data={
+        "username": "field-team", "password": "correct horse battery", "csrf_token": token})
+    assert signed_in.status_code == 302
+    page_token = _META_CSRF.search(browser.get(f"{server.url}/upload/", timeout=30).text).group(1)
+    ask = {**TUS, "Upload-Length": "100", "Upload-Metadata": meta(filename="a.mp4")}
+    assert browser.post(f"{server.url}/api/v1/uploads", headers=ask, timeout=30).status_code == 403
+    made = browser.post(f"{server.url}/api/v1/uploads", headers={**ask, "X-CSRFToken": page_token}, timeout=30)
+    assert made.status_code == 201
+    url = server.url + made.headers["Location"]
+    chunk = {**TUS, "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}
+    assert browser.patch(url, data=footage(100), headers=chunk, timeout=30).status_code == 403
+    done = browser.patch(url, data=footage(100), headers={**chunk, "X-CSRFToken": page_token}, timeout=30)
+    assert done.status_code == 204 and done.headers["Upload-Offset"] == "100"
