@@ -324,4 +324,21 @@ def expire_stalled(session: Session, settings: Settings, now: datetime | None = 
         session.delete(row)
         expired += 1
     session.flush()
-    return expired
+    return expired + _sweep_strays(session, settings, cutoff)
+
+
+def _sweep_strays(session: Session, settings: Settings, cutoff: datetime) -> int:
+    """Files in ``resumable/`` no row names (their creation's transaction never committed),
+    as old as an expired upload."""
+    assert settings.media_root is not None
+    folder = settings.media_root / "resumable"
+    if not folder.is_dir():
+        return 0
+    known = set(session.scalars(select(ResumableUpload.path)))
+    swept = 0
+    for entry in os.scandir(folder):
+        rel = f"resumable/{entry.name}"
+        if rel not in known and entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff.timestamp():
+            Path(entry.path).unlink(missing_ok=True)
+            swept += 1
+    return swept

@@ -225,6 +225,9 @@ def test_stalled_uploads_expire_with_their_bytes(server, account, monkeypatch):
         session.execute(update(ResumableUpload).where(ResumableUpload.key == key)
                         .values(updated_at=ResumableUpload.updated_at - _days(2)))
     assert part.stat().st_size == 300_000
+    stray = part.parent / "never-committed.part"  # a creation whose transaction was lost
+    stray.write_bytes(b"x")
+    os.utime(stray, (time.time() - 3 * 86400,) * 2)
     monkeypatch.setenv("VIDLORA_RESUMABLE_EXPIRE_AFTER_S", str(24 * 3600))
     reset_settings()
     try:
@@ -232,8 +235,8 @@ def test_stalled_uploads_expire_with_their_bytes(server, account, monkeypatch):
     finally:
         monkeypatch.undo()
         reset_settings()
-    assert counts.get("expired_uploads") == 1
-    assert not part.exists()
+    assert counts.get("expired_uploads") == 2
+    assert not part.exists() and not stray.exists()
     assert requests.head(url, headers=auth(token), timeout=30).status_code == 404
     assert offset_of(fresh, token) == 0  # one touched within the time stays
 
