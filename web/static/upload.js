@@ -33,7 +33,7 @@
     chosen.forEach(function (c, i) {
       var remove = V.el("button", {type: "button", "class": "link", "aria-label": "Remove " + c.file.name, text: "remove"});
       remove.addEventListener("click", function () { chosen.splice(i, 1); render(); });
-      c.bar = V.el("progress", {max: "100", value: "0", "data-testid": "file-progress"});
+      c.bar = V.el("progress", {max: "100", value: c.key ? "100" : "0", "data-testid": "file-progress"});
       c.note = V.el("span", {"class": "muted", text: V.humanBytes(c.file.size)});
       c.row = V.el("li", {"data-file": c.file.name}, [
         V.el("span", {"class": "file-name", text: c.file.name}), c.note, c.bar, remove
@@ -143,8 +143,10 @@
     // One file after another: a slow link gives its whole width to the file in flight.
     chosen.reduce(function (previous, c) {
       return previous.then(function () {
+        // Sent already in this page (the batch was refused, say for a scenario): not again.
+        if (c.key) { keys.push(c.key); return; }
         summary.textContent = "Uploading " + c.file.name + "…";
-        return sendOne(c).then(function (key) { keys.push(key); });
+        return sendOne(c).then(function (key) { c.key = key; keys.push(key); });
       });
     }, Promise.resolve()).then(function () {
       summary.textContent = "Upload complete; starting the batch…";
