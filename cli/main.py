@@ -270,9 +270,11 @@ def _register_commands() -> None:
     from cli.feedback import eval_command, export_training_command, gold_group
     from cli.releases import promote_command, register_command, rollback_command, versions_command
     from cli.results import results_command
+    from cli.upload import upload_command
     from web.cli import token_group, user_group, web_command
 
     main.add_command(results_command)
+    main.add_command(upload_command)
     main.add_command(eval_command)
     main.add_command(export_training_command)
     main.add_command(gold_group)

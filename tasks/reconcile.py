@@ -17,6 +17,7 @@ from sqlalchemy import or_, select, update
 
 from tasks import messages
 from tasks.base import VidloraTask
+from vidlora import resumable
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.batches import finish_batch_if_done
@@ -124,11 +125,16 @@ def reconcile(self: VidloraTask, stale_s: float | None = None) -> dict[str, int]
     with session_scope() as session:
         orphans = claim_orphans(session, stale_s if stale_s is not None else settings.stale_after_s,
                                 settings.heartbeat_s, resend_inputs=not backlog)
+    with session_scope() as session:
+        # Resumable uploads nobody sent a chunk to for resumable_expire_after_s: their bytes go.
+        expired = resumable.expire_stalled(session, settings)
     messages.ingest_uploads(orphans["uploads"])
     messages.prepare_videos(orphans["videos"])
     if orphans["analyses"] or orphans["ready"]:
         messages.dispatch_ready()
     counts = {k: len(v) for k, v in orphans.items()}
+    if expired:
+        counts["expired_uploads"] = expired
     if any(counts.values()):
         log.warning("reconcile re-sent orphaned work: %s (cpu backlog %s)", counts, backlog)
     return counts

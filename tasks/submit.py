@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
-from vidlora.batches import BatchError, create_batch, park_file, park_stream, record_member
+from vidlora import resumable
+from vidlora.batches import BatchError, create_batch, park_file, park_received, park_stream, record_member
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.kinds import Kind
@@ -54,6 +55,25 @@ def submit_streams(files: list[tuple[str, BinaryIO]], scenarios: list[str], name
             park_stream(session, settings, batch, filename, stream, settings.max_upload_bytes).id
             for filename, stream in files
         ]
+        batch_id = batch.id
+    _send_ingest(upload_ids)
+    return batch_id
+
+
+def submit_received(keys: list[str], user_id: int, scenarios: list[str], name: str, source: str = "api",
+                    created_by: str | None = None) -> int:
+    """Start a batch of complete resumable uploads (the page's, the API's, `vidlora upload`'s):
+    each is parked and ingested exactly as a streamed upload is."""
+    if not keys:
+        raise BatchError("no files uploaded")
+    settings = get_settings()
+    with session_scope() as session:
+        try:
+            rows = resumable.claim_complete(session, keys, user_id)
+        except resumable.ResumableError as exc:
+            raise BatchError(str(exc)) from exc
+        batch = create_batch(session, name, source, scenarios, created_by)
+        upload_ids = [park_received(session, settings, batch, row).id for row in rows]
         batch_id = batch.id
     _send_ingest(upload_ids)
     return batch_id

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from vidlora.config import Settings
 from vidlora.ingest.kinds import numbered
 from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
-from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus, BatchStatus, UploadStatus
-from vidlora.models import Analysis, Batch, BatchItem, Scenario, Upload, Video
+from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus, BatchStatus, ResumableStatus, UploadStatus
+from vidlora.models import Analysis, Batch, BatchItem, ResumableUpload, Scenario, Upload, Video
 
 
 class BatchError(ValueError):
@@ -64,6 +64,19 @@ def park_stream(
         size_bytes=path.stat().st_size,
     )
     session.add(upload)
+    session.flush()
+    return upload
+
+
+def park_received(session: Session, settings: Settings, batch: Batch, row: ResumableUpload) -> Upload:
+    """A complete resumable upload joins ``batch`` as a parked upload (its file moved, not
+    copied); from here it is ingested like any other."""
+    assert settings.media_root is not None
+    path = MediaStore(settings.media_root).park_received(settings.media_root / row.path, row.filename)
+    upload = Upload(batch_id=batch.id, name=row.filename, path=path.relative_to(settings.media_root).as_posix(),
+                    size_bytes=path.stat().st_size)
+    session.add(upload)
+    row.status, row.batch_id, row.path = ResumableStatus.SUBMITTED, batch.id, upload.path
     session.flush()
     return upload
 

@@ -9,6 +9,7 @@ PostgreSQL and Redis and points ``VIDLORA_MODEL`` / ``VIDLORA_ADAPTER_ROOT`` at 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -56,6 +57,23 @@ class Settings(BaseSettings):
         ".wmv", ".asf", ".flv", ".f4v", ".3gp", ".3g2", ".ogv", ".ogg", ".vob", ".mxf", ".dv",
         ".mpv", ".m1v", ".m2v", ".h264", ".264", ".hevc", ".h265", ".265", ".ivf", ".y4m",
     )
+
+    # -- resumable uploads (tus; vidlora.resumable) -------------------------------------
+    # One file's cap: no limit but the disk's in spirit (a camcorder day is tens of GB).
+    resumable_max_bytes: int = 500 * 1024**3
+    # A chunk is refused (507) unless this much stays free after it: the store keeps room
+    # for the frames and the work already accepted.
+    resumable_min_free_bytes: int = 1024**3
+    # An upload no chunk has reached for this long is expired by the reconciler, its bytes
+    # deleted (a complete one never handed to a batch, too).
+    resumable_expire_after_s: float = 7 * 24 * 3600.0
+    # What the upload page and `vidlora upload` send per request (a proxy in front may cap
+    # request bodies); the server takes any size up to the file's end.
+    resumable_chunk_bytes: int = 64 * 1024**2
+    # `vidlora upload` (a client of a remote vidlora): its API token, and where it keeps each
+    # file's upload URL so a killed run resumes (default: the user's cache folder).
+    api_token: str = ""
+    upload_cache_dir: Path | None = None
 
     # -- probing / sampling -------------------------------------------------------------
     max_video_pixels: int = 8192 * 8192  # "absurd resolution" above this
@@ -182,6 +200,9 @@ class Settings(BaseSettings):
             self.model = str(DEMO_MODEL / "base")
         if self.adapter_root is None:
             self.adapter_root = DEMO_MODEL / "adapters"
+        if self.upload_cache_dir is None:
+            cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            self.upload_cache_dir = Path(cache_home) / "vidlora"
         if self.adapter_cache_dir is None:
             self.adapter_cache_dir = self.var_dir / "prepared-adapters"
         if self.engine_rebuild not in ("auto", "replace"):

@@ -26,6 +26,13 @@ class UploadStatus(StrEnum):
     FAILED = "failed"
 
 
+class ResumableStatus(StrEnum):
+    """A resumable (tus) upload: bytes arriving, all bytes here, or handed to a batch."""
+    RECEIVING = "receiving"
+    COMPLETE = "complete"
+    SUBMITTED = "submitted"
+
+
 class ItemStatus(StrEnum):
     """What became of one member of a batch."""
     STORED = "stored"

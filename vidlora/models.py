@@ -39,6 +39,7 @@ from vidlora.lifecycle import (
     ItemStatus,
     ReviewAction,
     ReleaseStatus,
+    ResumableStatus,
     ReviewState,
     Role,
     TokenScope,
@@ -153,6 +154,29 @@ class Upload(Base):
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow)
 
     batch: Mapped[Batch] = relationship(back_populates="uploads")
+
+
+class ResumableUpload(Base):
+    """A file arriving in pieces over tus (vidlora.resumable): its bytes so far live in the
+    media store's ``resumable/`` folder; once complete it is handed to a batch, which parks it
+    as an ``Upload`` and ingests it like any other."""
+
+    __tablename__ = "resumable_upload"
+    __table_args__ = (_status_check("status", ResumableStatus),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # The upload's URL names it by this random key, never by the row id: not guessable.
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("app_user.id", ondelete="CASCADE"), index=True)
+    filename: Mapped[str] = mapped_column(String(255))
+    length: Mapped[int] = mapped_column(BigInteger)
+    offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    path: Mapped[str] = mapped_column(String(1024))  # relative to media_root
+    status: Mapped[str] = mapped_column(String(16), default=ResumableStatus.RECEIVING)
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batch.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # Touched by every chunk: an upload untouched for resumable_expire_after_s has stalled.
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow, onupdate=utcnow, index=True)
 
 
 class BatchItem(Base):

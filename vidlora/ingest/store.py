@@ -5,6 +5,7 @@ Layout under ``root``::
     videos/ab/<sha256><ext>            one file per distinct content (ext lower-case, e.g. .mp4)
     frames/<video_id>/<policy_hash>/   frame JPEGs written by media/frames.py
     uploads/                           raw uploads and archives parked before ingest
+    resumable/                         resumable (tus) uploads still arriving, one file each
     tmp/                               in-flight writes (same filesystem, so rename is atomic)
 
 A video is streamed into ``tmp/`` while its sha256 is computed, fsync'ed, then renamed onto
@@ -74,6 +75,16 @@ def _describe(exc: OSError) -> str:
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return "media store is not writable"
     return "media store write failed"
+
+
+def _upload_suffix(filename: str) -> str:
+    """The lower-cased archive/video suffix of an untrusted name, never its path."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    for candidate in (".tar.gz", ".tar.bz2", ".tar.xz"):
+        if name.endswith(candidate):
+            return candidate
+    ext = os.path.splitext(name)[1]
+    return ext if _SUFFIX_RE.match(ext) else ""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -251,14 +262,7 @@ class MediaStore:
         Only the lower-cased archive/video suffix of ``filename`` is kept, never its path. The
         file appears under ``uploads/`` only once complete (temp file + fsync + rename).
         """
-        name = filename.replace("\\", "/").rsplit("/", 1)[-1].lower()
-        for candidate in (".tar.gz", ".tar.bz2", ".tar.xz"):
-            if name.endswith(candidate):
-                suffix = candidate
-                break
-        else:
-            ext = os.path.splitext(name)[1]
-            suffix = ext if _SUFFIX_RE.match(ext) else ""
+        suffix = _upload_suffix(filename)
         uploads = self.uploads_dir()
         with self._spool(stream, max_bytes) as (tmp, sha, _size):
             final = uploads / f"{int(time.time())}-{sha[:16]}-{os.urandom(4).hex()}{suffix}"
@@ -268,6 +272,22 @@ class MediaStore:
             except OSError as exc:
                 raise StoreError(f"{_describe(exc)}: cannot move into place {final}: {exc}") from exc
             return final
+
+    def resumable_dir(self) -> Path:
+        """Directory for resumable uploads still arriving (created if missing)."""
+        return self._ensure_dir(self.root / "resumable")
+
+    def park_received(self, path: Path, filename: str) -> Path:
+        """Move a complete resumable upload (a file in ``resumable/``) into ``uploads/``, as
+        ``park_upload`` leaves a streamed one: renamed, never copied (same filesystem)."""
+        uploads = self.uploads_dir()
+        final = uploads / f"{int(time.time())}-{os.urandom(8).hex()}{_upload_suffix(filename)}"
+        try:
+            os.replace(path, final)
+            _fsync_dir(uploads)
+        except OSError as exc:
+            raise StoreError(f"{_describe(exc)}: cannot move into place {final}: {exc}") from exc
+        return final
 
     def cleanup_temp(self, older_than_s: float = 24 * 3600.0) -> int:
         """Remove temp files a crashed writer left behind; returns how many were removed.

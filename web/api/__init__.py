@@ -6,4 +6,4 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-from web.api import auth, views  # noqa: E402,F401
+from web.api import auth, resumable, views  # noqa: E402,F401

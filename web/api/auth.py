@@ -15,6 +15,8 @@ from web.auth.users import LoginUser, authenticate
 from web.database import get_db
 
 PUBLIC_ENDPOINTS = {"api.openapi"}
+# tus discovery (OPTIONS on the upload endpoints) answers anyone, as tus clients expect.
+PUBLIC_DISCOVERY = {"api.tus_collection", "api.tus_upload"}
 READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
@@ -43,7 +45,7 @@ def _bearer(token: str):
 
 @bp.before_request
 def authenticate_request():
-    if request.endpoint in PUBLIC_ENDPOINTS:
+    if request.endpoint in PUBLIC_ENDPOINTS or (request.method == "OPTIONS" and request.endpoint in PUBLIC_DISCOVERY):
         return None
     auth = request.authorization
     if auth is not None:

@@ -192,6 +192,55 @@ REVIEW_REQUEST = {"oneOf": [
 ]}
 
 
+def _tus_header(name: str, schema: dict, description: str, required: bool = True) -> dict:
+    return {"name": name, "in": "header", "required": required, "schema": schema, "description": description}
+
+
+TUS_RESUMABLE = _tus_header("Tus-Resumable", {"type": "string", "enum": ["1.0.0"]}, "The tus version (412 otherwise)")
+
+
+def _tus_errors(*codes: str) -> dict:
+    words = {"404": "No such upload (used, deleted, expired, or another account's)",
+             "409": "Upload-Offset is not the server's offset (ask with HEAD), or the upload is complete",
+             "412": "Tus-Resumable missing or not 1.0.0", "413": "Past the declared length, or over the per-file cap",
+             "415": "Not a video or archive (by name, or by the first chunk's content)",
+             "423": "Another request is writing this upload", "460": "The chunk's checksum does not match",
+             "507": "Not enough free space in the media store"}
+    return {code: _json(_ref("Error"), words[code]) for code in codes}
+
+
+def _resumable_paths() -> dict[str, Any]:
+    """tus 1.0 (core, creation, termination, checksum): docs/uploads.md. HEAD (the offset) and
+    OPTIONS (discovery, public) are tus's own and answer as the protocol says."""
+    key = {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+    return {
+        "/uploads": {"post": {
+            "summary": "Create a resumable upload (tus creation); send its bytes with PATCH",
+            "parameters": [TUS_RESUMABLE,
+                           _tus_header("Upload-Length", {"type": "integer", "minimum": 1}, "The file's size in bytes"),
+                           _tus_header("Upload-Metadata", {"type": "string"},
+                                       "tus metadata: `filename <base64 of the file's own name>`", required=False)],
+            "responses": {"201": {"description": "Created; Location is the upload's URL", "headers": {
+                "Location": {"schema": {"type": "string"}}}}, **ERRORS, **_tus_errors("412", "413", "415", "507")}}},
+        "/uploads/{key}": {
+            "patch": {
+                "summary": "Append a chunk at Upload-Offset (tus core; Upload-Checksum sha1/sha256 optional)",
+                "parameters": [key, TUS_RESUMABLE,
+                               _tus_header("Upload-Offset", {"type": "integer", "minimum": 0}, "Where this chunk starts"),
+                               _tus_header("Upload-Checksum", {"type": "string"}, "`sha256 <base64 digest>`",
+                                           required=False)],
+                "requestBody": {"required": True, "content": {"application/offset+octet-stream": {
+                    "schema": {"type": "string", "format": "binary"}}}},
+                "responses": {"204": {"description": "Taken; Upload-Offset is the new offset", "headers": {
+                    "Upload-Offset": {"schema": {"type": "integer"}}}}, **ERRORS,
+                    **_tus_errors("404", "409", "412", "413", "415", "423", "460", "507")}},
+            "delete": {
+                "summary": "Delete an upload and its bytes (tus termination)", "parameters": [key, TUS_RESUMABLE],
+                "responses": {"204": {"description": "Deleted"}, **ERRORS, **_tus_errors("404", "409", "412")}},
+        },
+    }
+
+
 def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
     """The document; with ``scenario_names`` (the scenarios a batch may ask for now) a batch's
     scenarios are an enum of them, so a client or fuzzer knows the valid values."""
@@ -230,10 +279,13 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                 "get": {"summary": "Batches, newest first, with progress counts", "parameters": PAGING,
                         "responses": {"200": _json({"type": "object"}), **ERRORS}},
                 "post": {
-                    "summary": "Start a batch: upload videos or one archive, choose scenarios",
+                    "summary": "Start a batch: upload videos or archives (or name complete resumable uploads), choose scenarios",
                     "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-                        "type": "object", "required": ["files", "scenarios"], "properties": {
-                            "files": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "binary"}},
+                        "type": "object", "required": ["scenarios"], "properties": {
+                            "files": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "binary"},
+                                      "description": "The files themselves (up to the form's size cap), or:"},
+                            "uploads": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                                        "description": "Keys of complete resumable uploads (POST /uploads)"},
                             "scenarios": {"type": "array", "minItems": 1, "items": scenario_item,
                                           "description": "Scenario names (GET /scenarios)"},
                             "name": {"type": "string"}}}}}},
@@ -242,6 +294,7 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                         "Batch started"), **ERRORS, "413": _json(_ref("Error"), "Upload too large")},
                 },
             },
+            **_resumable_paths(),
             "/batches/{batch_id}": {"get": {
                 "summary": "Progress of one batch, per video and scenario", "parameters": [ID("batch_id")],
                 "responses": {"200": _json(_ref("BatchStatus")), **ERRORS, **NOT_FOUND}}},

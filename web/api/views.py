@@ -129,8 +129,9 @@ def batches():
 
 @bp.post("/batches")
 def enqueue():
-    req = from_request(request.files.getlist("files"), request.form.getlist("scenarios"), request.form.get("name"))
-    batch_id = start_batch(req, source="api", created_by=api_user().username)
+    req = from_request(request.files.getlist("files"), request.form.getlist("scenarios"), request.form.get("name"),
+                       request.form.getlist("uploads"))
+    batch_id = start_batch(req, source="api", created_by=api_user().username, user_id=api_user().id)
     return jsonify(batch_id=batch_id, url=url_for("api.batch", batch_id=batch_id),
                    page=url_for("batches.detail", batch_id=batch_id)), 201
 

@@ -1,5 +1,5 @@
-/* Upload page: drag and drop, type and size checks before sending, one XHR for the whole
-   batch with a progress bar per file (bytes sent are attributed to files in form order). */
+/* Upload page: drag and drop, type and size checks before sending, then each file sent
+   resumably over tus with its own progress bar, and the batch started from the uploads. */
 "use strict";
 (function () {
   var V = window.vidlora;
@@ -33,7 +33,7 @@
     chosen.forEach(function (c, i) {
       var remove = V.el("button", {type: "button", "class": "link", "aria-label": "Remove " + c.file.name, text: "remove"});
       remove.addEventListener("click", function () { chosen.splice(i, 1); render(); });
-      c.bar = V.el("progress", {max: "100", value: "0", "data-testid": "file-progress"});
+      c.bar = V.el("progress", {max: "100", value: c.key ? "100" : "0", "data-testid": "file-progress"});
       c.note = V.el("span", {"class": "muted", text: V.humanBytes(c.file.size)});
       c.row = V.el("li", {"data-file": c.file.name}, [
         V.el("span", {"class": "file-name", text: c.file.name}), c.note, c.bar, remove
@@ -47,8 +47,9 @@
     var size = total();
     summary.textContent = chosen.length ? chosen.length + " file(s), " + V.humanBytes(size) : "";
     var bad = chosen.filter(function (c) { return !allowed(c.file.name); });
+    var big = chosen.filter(function (c) { return c.file.size > maxBytes; });
     if (bad.length) showError("These are not videos or archives: " + bad.map(function (c) { return c.file.name; }).join(", ") + ". Remove them to continue.");
-    else if (size > maxBytes) showError("Together these files are " + V.humanBytes(size) + ", more than the limit of " + form.dataset.maxLabel + " per upload. Send them in smaller groups.");
+    else if (big.length) showError("Larger than the limit of " + form.dataset.maxLabel + " per file: " + big.map(function (c) { return c.file.name; }).join(", ") + ".");
     else showError("");
   }
   function add(files) {
@@ -68,48 +69,94 @@
   });
   zone.addEventListener("drop", function (e) { if (e.dataTransfer) add(e.dataTransfer.files); });
 
+  // Each file goes over tus (vendor/tus-js-client) to /api/v1/uploads in chunks; a dropped
+  // connection retries, going offline waits for the network, and a reload resumes a file
+  // chosen again from the server's offset (the client keeps each file's upload URL by its
+  // fingerprint in localStorage). Once every file is complete the batch is asked for by
+  // the uploads' keys, and the server ingests them like any upload.
+  var RETRY_MS = [0, 1000, 3000, 5000, 10000, 20000, 30000, 60000];
+  function detail(err) {
+    var res = err && err.originalResponse;
+    if (res) {
+      try { var body = JSON.parse(res.getBody()); if (body.detail) return body.detail; } catch (e) { /* not JSON */ }
+      return "The server refused the upload (error " + res.getStatus() + ").";
+    }
+    return "The connection was lost during the upload. Choose the same files and press Upload again to continue where it stopped.";
+  }
+  function sendOne(c) {
+    return new Promise(function (resolve, reject) {
+      var upload = new window.tus.Upload(c.file, {
+        endpoint: form.dataset.tusEndpoint,
+        chunkSize: parseInt(form.dataset.chunkBytes, 10),
+        retryDelays: RETRY_MS,
+        metadata: {filename: c.file.name, filetype: c.file.type},
+        headers: {"X-CSRFToken": V.csrf()},
+        removeFingerprintOnSuccess: true,
+        onProgress: function (sent, size) {
+          c.bar.value = size ? Math.round(100 * sent / size) : 100;
+          c.note.textContent = V.humanBytes(sent) + " of " + V.humanBytes(size);
+        },
+        onSuccess: function () { resolve(upload.url.split("/").pop()); },
+        onError: function (err) {
+          if (!navigator.onLine) {
+            // tus-js-client stops retrying while the browser is offline: go on once it is back.
+            summary.textContent = "Connection lost; the upload continues when the network is back.";
+            window.addEventListener("online", function () { summary.textContent = "Resuming…"; upload.start(); }, {once: true});
+            return;
+          }
+          reject(new Error(detail(err)));
+        }
+      });
+      upload.findPreviousUploads().then(function (previous) {
+        if (previous.length) {
+          upload.resumeFromPreviousUpload(previous[0]);
+          c.row.dataset.resumed = "true";
+        }
+        upload.start();
+      });
+    });
+  }
+  function startBatch(keys) {
+    var data = new FormData();
+    data.append("csrf_token", V.csrf());
+    data.append("name", document.getElementById("batch-name").value);
+    form.querySelectorAll('input[name="scenarios"]:checked').forEach(function (cb) { data.append("scenarios", cb.value); });
+    keys.forEach(function (k) { data.append("uploads", k); });
+    return fetch(form.action, {method: "POST", body: data, headers: {"Accept": "application/json", "X-CSRFToken": V.csrf()}})
+      .then(function (res) {
+        return res.json().catch(function () { return {}; }).then(function (body) {
+          if (res.status === 201 && body.url) return body.url;
+          throw new Error(body.detail || ("The batch could not be started (error " + res.status + ")."));
+        });
+      });
+  }
+
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     if (!chosen.length) return showError("Choose at least one video, or one archive of videos.");
     if (!form.querySelector('input[name="scenarios"]:checked')) return showError("Choose at least one scenario to run.");
     render();
     if (!errorBox.hidden) return;
-    var data = new FormData();
-    data.append("csrf_token", V.csrf());
-    data.append("name", document.getElementById("batch-name").value);
-    form.querySelectorAll('input[name="scenarios"]:checked').forEach(function (cb) { data.append("scenarios", cb.value); });
-    chosen.forEach(function (c) { data.append("files", c.file, c.file.name); });
-
-    var xhr = new XMLHttpRequest();
-    xhr.open("POST", form.action);
-    xhr.setRequestHeader("Accept", "application/json");
-    xhr.setRequestHeader("X-CSRFToken", V.csrf());
-    xhr.upload.addEventListener("progress", function (ev) {
-      if (!ev.lengthComputable) return;
-      var sent = ev.loaded * (total() / ev.total);  // ignore multipart overhead
-      var start = 0;
-      chosen.forEach(function (c) {
-        var done = Math.max(0, Math.min(c.file.size, sent - start));
-        c.bar.value = c.file.size ? Math.round(100 * done / c.file.size) : 100;
-        start += c.file.size;
-      });
-      summary.textContent = "Uploading… " + Math.round(100 * ev.loaded / ev.total) + "%";
-    });
-    xhr.upload.addEventListener("load", function () { summary.textContent = "Upload complete; starting the batch…"; });
-    xhr.addEventListener("load", function () {
-      var body = {};
-      try { body = JSON.parse(xhr.responseText); } catch (err) { body = {}; }
-      if (xhr.status === 201 && body.url) { window.location.assign(body.url); return; }
-      submit.disabled = false;
-      summary.textContent = "";
-      showError(body.detail || ("The upload failed (error " + xhr.status + "). Please try again."));
-    });
-    xhr.addEventListener("error", function () {
-      submit.disabled = false;
-      showError("The connection was lost during the upload. Please try again.");
-    });
     submit.disabled = true;
     showError("");
-    xhr.send(data);
+    var keys = [];
+    // One file after another: a slow link gives its whole width to the file in flight.
+    chosen.reduce(function (previous, c) {
+      return previous.then(function () {
+        // Sent already in this page (the batch was refused, say for a scenario): not again.
+        if (c.key) { keys.push(c.key); return; }
+        summary.textContent = "Uploading " + c.file.name + "…";
+        return sendOne(c).then(function (key) { c.key = key; keys.push(key); });
+      });
+    }, Promise.resolve()).then(function () {
+      summary.textContent = "Upload complete; starting the batch…";
+      return startBatch(keys);
+    }).then(function (url) {
+      window.location.assign(url);
+    }).catch(function (err) {
+      submit.disabled = false;
+      summary.textContent = "";
+      showError(err.message);
+    });
   });
 })();

@@ -14,10 +14,12 @@ from web.upload.service import UploadError, allowed_suffixes, from_request, star
 
 
 def _page(error: str | None = None, status: int = 200, chosen: list[str] | None = None, name: str = ""):
+    settings = get_settings()
     scenarios = get_db().scalars(select(Scenario).where(Scenario.active).order_by(Scenario.title)).all()
     return render_template(
         "upload/index.html", scenarios=scenarios, error=error, chosen=set(chosen or []), name=name,
-        accept=",".join(allowed_suffixes()), max_bytes=get_settings().max_upload_bytes, unnamed=UNNAMED.pattern,
+        accept=",".join(allowed_suffixes()), max_bytes=settings.resumable_max_bytes, unnamed=UNNAMED.pattern,
+        chunk_bytes=settings.resumable_chunk_bytes,
     ), status
 
 
@@ -28,9 +30,10 @@ def index():
 
 @bp.post("/")
 def submit():
-    req = from_request(request.files.getlist("files"), request.form.getlist("scenarios"), request.form.get("name"))
+    req = from_request(request.files.getlist("files"), request.form.getlist("scenarios"), request.form.get("name"),
+                       request.form.getlist("uploads"))
     try:
-        batch_id = start_batch(req, source="web", created_by=current_user.username)
+        batch_id = start_batch(req, source="web", created_by=current_user.username, user_id=current_user.id)
     except UploadError as exc:
         if wants_json():
             return jsonify(error="Upload not accepted", detail=str(exc), status=400), 400
