@@ -362,7 +362,7 @@ case $STAGE in
         --llm-kwargs "$kw" --workdir $SCRATCH/verify_$label > $RES/verify_$label.log 2>&1
       log "verify $label rc=$?"; tail -4 $RES/verify_$label.log | cut -c1-300
     }
-    LENS=16,128,450,1024,2048,4096,8192
+    LENS=${FP8_LENGTHS:-16,128,450,2048,8192}
     ( vlane fp8 "$FP8KW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L1=$!
     ( vlane bf16 "$BFKW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L2=$!
     ( vlane fp8_video "$FP8KW" --adapter $A/artifact_identification --adapter $A/tomb_structure --video --max-new-tokens 16
