@@ -20,6 +20,8 @@ from datetime import date, datetime, time, timedelta, timezone
 from sqlalchemy import ColumnElement, Select, Text, and_, cast, exists, false, func, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from vidlora.digits import whole_number
+from vidlora.names import canonical
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Analysis, Batch, BatchItem, Result, ResultField, Scenario, Video
 from vidlora.results.conditions import Condition, ConditionError, parse_conditions
@@ -107,9 +109,10 @@ def parse_filters(args) -> ResultFilters:
     if status and status not in values(AnalysisStatus):
         raise FilterError(f"Status must be one of: {', '.join(values(AnalysisStatus))}.")
     batch_raw = get("batch")
-    if batch_raw and not (batch_raw.isdigit() and 1 <= int(batch_raw) <= 2**31 - 1):
+    batch = whole_number(batch_raw, most_digits=10)
+    if batch_raw and not (batch is not None and 1 <= batch <= 2**31 - 1):
         raise FilterError("Batch must be a batch number.")
-    q = get("q")
+    q = canonical(get("q"))  # names are stored in NFC: a Mac's decomposed typing finds them
     if len(q) > MAX_QUERY_CHARS:
         raise FilterError(f"The search text may have at most {MAX_QUERY_CHARS} characters.")
     raw_where = args.getlist("where") if hasattr(args, "getlist") else args.get("where") or []
@@ -125,7 +128,7 @@ def parse_filters(args) -> ResultFilters:
         raise FilterError(f"Sort must be one of: {', '.join(SORTS)}.")
     filters = ResultFilters(
         sort=sort, scenario=get("scenario"), review_state=review_state, status=status,
-        batch=int(batch_raw) if batch_raw else None,
+        batch=batch if batch_raw else None,
         date_from=_date(get("date_from"), "From"), date_to=_date(get("date_to"), "To"), q=q,
         where=tuple(dict.fromkeys(where)), confidence=confidence,
     )

@@ -3,6 +3,7 @@ from __future__ import annotations
 from flask import current_app, render_template, request
 from sqlalchemy import select
 
+from vidlora.digits import whole_number
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
 from vidlora.results.query import (
@@ -60,7 +61,7 @@ def as_typed() -> ResultFilters:
     batch = args.get("batch", "")
     return ResultFilters(
         scenario=args.get("scenario", ""), review_state=args.get("review_state", ""), status=args.get("status", ""),
-        batch=int(batch) if batch.isdigit() else None, date_from=args.get("date_from") or None,  # type: ignore[arg-type]
+        batch=whole_number(batch, most_digits=10), date_from=args.get("date_from") or None,  # type: ignore[arg-type]
         date_to=args.get("date_to") or None, q=args.get("q", ""),  # type: ignore[arg-type]
         where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""),
         confidence=args.get("confidence", ""))

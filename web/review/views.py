@@ -9,6 +9,7 @@ from sqlalchemy.orm import selectinload
 from vidlora.feedback.gold import GoldError, set_gold
 from vidlora.lifecycle import AnalysisStatus, FrameSetStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
+from vidlora.digits import whole_number
 from vidlora.results.fields import changes, final_value, in_schema_order
 from vidlora.results.query import FilterError, ResultFilters, neighbours, parse_filters
 from web.database import get_db
@@ -150,7 +151,7 @@ def result(result_id: int):
 
 def _version(name: str = "version") -> int | None:
     raw = request.form.get(name, "")
-    return int(raw) if raw.isdigit() and len(raw) < 12 else None
+    return whole_number(raw)
 
 
 @bp.post("/results/<id:result_id>")
