@@ -10,7 +10,7 @@ import unicodedata
 import zipfile
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tasks.ingest import ingest_upload
 from tests.support.fault_media import tiny_clips
@@ -61,8 +61,9 @@ def test_nfd_and_nfc_names_are_one_name_and_a_search_finds_both(client, token, c
             video = session.get(Video, item.video_id)
             assert unicodedata.is_normalized("NFC", video.original_name)
             for analysis in session.scalars(select(Analysis).where(Analysis.video_id == video.id)):
-                analysis.status, analysis.finished_at = "done", utcnow()
-                session.add(Result(analysis_id=analysis.id, text="Ein Ölgefäß.", prompt_tokens=1, output_tokens=1))
+                session.add(Result(analysis_id=analysis.id, text="Ein Ölgefäß.", prompt_tokens=1, output_tokens=1,
+                                   latency_s=1.0, model="tiny"))
+        session.execute(update(Analysis).where(Analysis.batch_id == batch_id).values(status="done", finished_at=utcnow()))
     for typed in ("Ölgefäß", unicodedata.normalize("NFD", "Ölgefäß")):
         found = client.get("/api/v1/results", query_string={"q": typed, "batch": batch_id}, headers=token)
         assert found.status_code == 200, found.get_data(as_text=True)

@@ -101,6 +101,7 @@ def test_a_bypass_after_the_record_was_cleared_is_recorded_again(behind_a_proxy,
     assert not _proxy(get_settings())[0].ok
     store.delete(DIRECT_KEY)  # what the doctor's fix says to run once the firewall is right
     assert _proxy(get_settings())[0].ok
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="web.proxy"):
         client.get("/auth/login", environ_base={"REMOTE_ADDR": "198.51.100.8"})
     [check] = _proxy(get_settings())

@@ -16,6 +16,7 @@ import operator
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, Text, and_, cast, exists, false, func, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
@@ -138,16 +139,30 @@ def parse_filters(args) -> ResultFilters:
 
 
 # Orders a list can be read in, each ending in the analysis id so pages and the review queue's
-# previous/next are stable.
-SORTS = {
-    "newest": (Analysis.id.desc(),),
-    "oldest": (Analysis.id.asc(),),
-    "name": (Video.original_name.asc(), Analysis.id.desc()),
-    "scenario": (Scenario.title.asc(), Analysis.id.desc()),
+# previous/next are stable: (column, descending, nulls last) per key.
+SORT_KEYS: dict[str, tuple[tuple[Any, bool, bool], ...]] = {
+    "newest": ((Analysis.id, True, False),),
+    "oldest": ((Analysis.id, False, False),),
+    "name": ((Video.original_name, False, False), (Analysis.id, True, False)),
+    "scenario": ((Scenario.title, False, False), (Analysis.id, True, False)),
     # The review queue a reviewer with little time wants: the model's doubts first; answers
     # without a confidence (free text, stored before) after all that have one.
-    "uncertain": (Result.confidence.asc().nulls_last(), Analysis.id.asc()),
+    "uncertain": ((Result.confidence, False, True), (Analysis.id, False, False)),
 }
+
+
+def _order(keys, reverse: bool = False) -> list:
+    out = []
+    for column, descending, nulls_last in keys:
+        down = descending != reverse
+        term = column.desc() if down else column.asc()
+        if nulls_last:
+            term = term.nulls_first() if reverse else term.nulls_last()
+        out.append(term)
+    return out
+
+
+SORTS = {name: tuple(_order(keys)) for name, keys in SORT_KEYS.items()}
 SORT_LABELS = {"": "best match, or newest", "newest": "newest first", "oldest": "oldest first",
                "name": "file name", "scenario": "scenario", "uncertain": "least certain first"}
 CONFIDENCE_BANDS = {**{key: label for key, label, _low, _high in BANDS}, UNKNOWN: "unknown"}
@@ -367,18 +382,61 @@ class Neighbours:
     total: int
 
 
-def neighbours(session: Session, filters: ResultFilters, result_id: int) -> Neighbours:
-    """Where a result sits in a filtered list of results: the review queue's moves."""
-    # In the list's own order (its sort, or search rank), so "next" is the row below.
-    stmt = (result_query(session, filters).with_only_columns(Result.id, Result.review_state, Analysis.id)
-            .where(Result.id.is_not(None)))
-    rows = session.execute(stmt).all()
+def _beyond(keys, values, forward: bool) -> ColumnElement[bool]:
+    """Rows strictly after (``forward``) or before the row whose sort values are ``values``,
+    in the list's order: a keyset condition, so finding a neighbour reads a few index
+    entries, not the whole list."""
+    either = []
+    for i, ((column, descending, nulls_last), value) in enumerate(zip(keys, values)):
+        same = [(c.is_(None) if v is None else c == v) for (c, _, _), v in zip(keys[:i], values[:i])]
+        later = forward != descending  # the column grows along the direction read
+        if value is None:  # only a nulls-last column holds None: nulls are the list's end
+            step = false() if forward else column.is_not(None)
+        else:
+            step = column > value if later else column < value
+            if nulls_last and forward:
+                step = or_(step, column.is_(None))
+        either.append(and_(*same, step))
+    return or_(*either)
+
+
+def neighbours(session: Session, filters: ResultFilters, result_id: int,
+               passed_over: Select | None = None) -> Neighbours:
+    """Where a result sits in a filtered list of results: the review queue's moves.
+    ``passed_over``: ids the next unreviewed one may not be (those another reviewer holds)."""
+    base = result_query(session, filters).where(Result.id.is_not(None))
+    ranked = bool(filters.q and not filters.sort and session.get_bind().dialect.name == "postgresql")
+    if ranked:  # a search in rank order: read its (few) rows
+        return _neighbours_in(session, base, result_id, passed_over)
+    keys = SORT_KEYS[filters.sort or "newest"]
+    open_ = [Result.review_state == ReviewState.UNREVIEWED]
+    if passed_over is not None:
+        open_.append(Result.id.not_in(passed_over))
+
+    def first(stmt: Select, reverse: bool = False) -> int | None:
+        return session.scalar(stmt.with_only_columns(Result.id).order_by(None).order_by(*_order(keys, reverse)).limit(1))
+
+    total = count(session, base)
+    here = session.execute(base.with_only_columns(*(c for c, _, _ in keys)).where(Result.id == result_id)).first()
+    if here is None:
+        return Neighbours(None, first(base), first(base.where(*open_)), 0, total)
+    values = tuple(here)
+    after, before = _beyond(keys, values, True), _beyond(keys, values, False)
+    following = first(base.where(after, *open_)) or first(base.where(before, *open_))  # then from the top
+    return Neighbours(first(base.where(before), reverse=True), first(base.where(after)), following,
+                      count(session, base.where(before)) + 1, total)
+
+
+def _neighbours_in(session: Session, base: Select, result_id: int, passed_over: Select | None) -> Neighbours:
+    skip = set(session.scalars(passed_over)) if passed_over is not None else set()
+    rows = session.execute(base.with_only_columns(Result.id, Result.review_state, Analysis.id)).all()
     ids = [rid for rid, _, _ in rows]
+    free = [rid for rid, state, _ in rows if state == ReviewState.UNREVIEWED and rid not in skip]
     if result_id not in ids:
-        first_open = next((rid for rid, state, _ in rows if state == ReviewState.UNREVIEWED), None)
-        return Neighbours(None, ids[0] if ids else None, first_open, 0, len(ids))
+        return Neighbours(None, ids[0] if ids else None, free[0] if free else None, 0, len(ids))
     at = ids.index(result_id)
-    after = [rid for rid, state, _ in rows[at + 1:] + rows[:at] if state == ReviewState.UNREVIEWED]
+    after = [rid for rid, state, _ in rows[at + 1:] + rows[:at]
+             if state == ReviewState.UNREVIEWED and rid not in skip]
     return Neighbours(ids[at - 1] if at > 0 else None, ids[at + 1] if at + 1 < len(ids) else None,
                       after[0] if after else None, at + 1, len(ids))
 
