@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from sqlalchemy import Select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, joinedload, selectinload
 
 from vidlora.db import snapshot_scope
-from vidlora.models import Analysis, Result, Review
+from vidlora.models import Analysis, Batch, FrameSet, Result, Review
 from vidlora.results.fields import FieldSpec
 from vidlora.results.query import ResultFilters, result_query, scenario_fields, scenario_schema
 from vidlora.results.rows import COLUMNS, row_dict
@@ -41,6 +41,7 @@ FIELD_PREFIX = "field."
 _FORMULA_AT_CELL_START = re.compile(
     r"""(^|[,;\t\r\n])([\s"]*)(?![+-]\d+(?:\.\d+)?(?:[,;\t\r\n"\]}]|$))(?=[=+\-@])""")
 _CONTROL_START = ("\t", "\r")  # a cell starting with these is read as a formula by some programs
+_MAY_START_A_FORMULA = re.compile(r"[=+\-@\t\r]")  # a cell without these needs no look (most cells)
 
 
 def neutralise(value: str) -> str:
@@ -61,8 +62,12 @@ def _neutral_leaves(value: Any) -> Any:
 
 
 def with_provenance(stmt: Select) -> Select:
-    """Load what a row names besides the answer (frames, reviews) with the rows, not per row."""
-    return stmt.options(selectinload(Analysis.frame_set), selectinload(Analysis.batch),
+    """Load what a row names besides the answer (frames, reviews) with the rows, not per row,
+    and only what a row shows: a frame set's and a batch's few columns joined in, the engine's
+    token ids (hundreds per answer) never read. At 100k rows loading is most of an export."""
+    return stmt.options(joinedload(Analysis.frame_set).load_only(FrameSet.deinterlace, FrameSet.timestamps),
+                        joinedload(Analysis.batch).load_only(Batch.name),
+                        defer(Result.token_ids),
                         selectinload(Result.reviews).selectinload(Review.user),
                         selectinload(Result.field_confidences))
 
@@ -82,7 +87,7 @@ def _cell(value) -> str:
         return "true" if value else "false"
     if not isinstance(value, str):
         return str(value)
-    return neutralise(value)
+    return neutralise(value) if _MAY_START_A_FORMULA.search(value) else value
 
 
 def _get(value: Any, path: str) -> Any:
