@@ -314,3 +314,12 @@ def test_a_page_past_the_end_shows_the_last_page(logged_in_client, factory):
     made = factory.batch({"artifact_identification": "a", "tomb_structure": "b", "murals_inscriptions": "c"})
     html = logged_in_client.get(f"/results/?batch={made.batch_id}&per_page=20&page=999999").get_data(as_text=True)
     assert "1–3 of 3" in html and html.count("data-analysis-id=") == 3
+
+
+def test_to_review_opens_a_page_headed_to_review(logged_in_client):
+    """The navigation's "To review" opened a page headed "Results" (issue 58)."""
+    page = logged_in_client.get("/review/", follow_redirects=True).get_data(as_text=True)
+    assert '<h1 data-testid="results-heading">To review</h1>' in page and "<title>To review" in page
+    assert "the model's doubts first" in page
+    plain = logged_in_client.get("/results/").get_data(as_text=True)
+    assert '<h1 data-testid="results-heading">Results</h1>' in plain
