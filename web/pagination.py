@@ -34,6 +34,7 @@ class Page:
     number: int
     size: int
     total: int
+    exact: bool = True  # False: ``total`` is the database's estimate (vidlora.results.query.bounded_count)
 
     @property
     def pages(self) -> int:

@@ -323,3 +323,18 @@ def test_to_review_opens_a_page_headed_to_review(logged_in_client):
     assert "the model's doubts first" in page
     plain = logged_in_client.get("/results/").get_data(as_text=True)
     assert '<h1 data-testid="results-heading">Results</h1>' in plain
+
+
+def test_a_long_list_is_counted_without_reading_it(logged_in_client, monkeypatch):
+    """At 100k results an exact count read every row (half a second and more per page): past
+    COUNT_EXACT_UP_TO the page and the API say "about", from PostgreSQL's estimate, and the
+    per-value counts wait for a narrower filter (issue 58)."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": []}] * 5)
+    monkeypatch.setattr("vidlora.results.query.COUNT_EXACT_UP_TO", 3)
+    page = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert re.search(r"1–\d+ of about \d", page) and 'data-testid="counts-note"' in page
+    monkeypatch.setattr("vidlora.results.query.COUNT_EXACT_UP_TO", 10)
+    page = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert "1–5 of 5" in page and 'data-testid="counts-note"' not in page

@@ -362,15 +362,16 @@ def facets(session: Session, filters: ResultFilters) -> list[Facet]:
 
 def confidence_facet(session: Session, filters: ResultFilters) -> list[FacetValue]:
     """How many results of the current filter (whatever band it picks) fall in each
-    confidence band; the value is the band's key, for the filter."""
+    confidence band; the value is the band's key, for the filter. One pass over the list (a
+    count per band was a pass each: five at 100k results)."""
     base = ResultFilters(**{**asdict(filters), "confidence": "", "sort": ""})
     ids = (result_query(session, base).with_only_columns(Result.id).where(Result.id.is_not(None))
-           .order_by(None).scalar_subquery())
-    out = []
-    for band in CONFIDENCE_BANDS:
-        n = session.scalar(select(func.count(Result.id)).where(Result.id.in_(ids), _confidence_clause(band))) or 0
-        out.append(FacetValue(band, n, band, filters.confidence == band))
-    return out
+           .order_by(None).subquery())
+    counts = session.execute(
+        select(*(func.count(Result.id).filter(_confidence_clause(band)) for band in CONFIDENCE_BANDS))
+        .join(ids, ids.c.id == Result.id)
+    ).one()
+    return [FacetValue(band, n or 0, band, filters.confidence == band) for band, n in zip(CONFIDENCE_BANDS, counts)]
 
 
 @dataclass(frozen=True)
@@ -378,8 +379,8 @@ class Neighbours:
     previous: int | None  # result ids, in the list's order
     next: int | None
     next_unreviewed: int | None
-    position: int  # 1-based, 0 when the result is not in the filter
-    total: int
+    position: Total  # 1-based, 0 when the result is not in the filter
+    total: Total
 
 
 def _beyond(keys, values, forward: bool) -> ColumnElement[bool]:
@@ -397,7 +398,15 @@ def _beyond(keys, values, forward: bool) -> ColumnElement[bool]:
             if nulls_last and forward:
                 step = or_(step, column.is_(None))
         either.append(and_(*same, step))
-    return or_(*either)
+    # The first key's own bound besides: a condition an index can seek on (the OR alone made
+    # PostgreSQL read the whole index to find the row before).
+    (column, descending, nulls_last), value = keys[0], values[0]
+    if value is None:
+        return or_(*either)
+    lead = column >= value if forward != descending else column <= value
+    if nulls_last and forward:
+        lead = or_(lead, column.is_(None))
+    return and_(lead, or_(*either))
 
 
 def neighbours(session: Session, filters: ResultFilters, result_id: int,
@@ -416,15 +425,16 @@ def neighbours(session: Session, filters: ResultFilters, result_id: int,
     def first(stmt: Select, reverse: bool = False) -> int | None:
         return session.scalar(stmt.with_only_columns(Result.id).order_by(None).order_by(*_order(keys, reverse)).limit(1))
 
-    total = count(session, base)
+    total = bounded_count(session, base)
     here = session.execute(base.with_only_columns(*(c for c, _, _ in keys)).where(Result.id == result_id)).first()
     if here is None:
-        return Neighbours(None, first(base), first(base.where(*open_)), 0, total)
+        return Neighbours(None, first(base), first(base.where(*open_)), Total(0, True), total)
     values = tuple(here)
     after, before = _beyond(keys, values, True), _beyond(keys, values, False)
     following = first(base.where(after, *open_)) or first(base.where(before, *open_))  # then from the top
+    position = bounded_count(session, base.where(before))
     return Neighbours(first(base.where(before), reverse=True), first(base.where(after)), following,
-                      count(session, base.where(before)) + 1, total)
+                      Total(position.n + 1, position.exact), total)
 
 
 def _neighbours_in(session: Session, base: Select, result_id: int, passed_over: Select | None) -> Neighbours:
@@ -433,16 +443,47 @@ def _neighbours_in(session: Session, base: Select, result_id: int, passed_over: 
     ids = [rid for rid, _, _ in rows]
     free = [rid for rid, state, _ in rows if state == ReviewState.UNREVIEWED and rid not in skip]
     if result_id not in ids:
-        return Neighbours(None, ids[0] if ids else None, free[0] if free else None, 0, len(ids))
+        return Neighbours(None, ids[0] if ids else None, free[0] if free else None, Total(0, True), Total(len(ids), True))
     at = ids.index(result_id)
     after = [rid for rid, state, _ in rows[at + 1:] + rows[:at]
              if state == ReviewState.UNREVIEWED and rid not in skip]
     return Neighbours(ids[at - 1] if at > 0 else None, ids[at + 1] if at + 1 < len(ids) else None,
-                      after[0] if after else None, at + 1, len(ids))
+                      after[0] if after else None, Total(at + 1, True), Total(len(ids), True))
 
 
 def count(session: Session, stmt: Select) -> int:
     return session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
+
+
+# Lists longer than this are counted from the planner's estimate on PostgreSQL ("about
+# 100,000"): an exact count reads every row of the list, half a second and more at 100k.
+COUNT_EXACT_UP_TO = 10_000
+
+
+@dataclass(frozen=True)
+class Total:
+    n: int
+    exact: bool
+
+    def __str__(self) -> str:
+        return f"{self.n:,}" if self.exact else f"about {self.n:,}"
+
+
+def bounded_count(session: Session, stmt: Select) -> Total:
+    """How many rows ``stmt`` gives: exact up to ``COUNT_EXACT_UP_TO`` (reading at most that
+    many), past it PostgreSQL's estimate (never below the bound), exact again on SQLite."""
+    up_to = COUNT_EXACT_UP_TO
+    stmt = stmt.order_by(None)
+    n = session.scalar(select(func.count()).select_from(stmt.limit(up_to + 1).subquery())) or 0
+    if n <= up_to:
+        return Total(n, True)
+    bind = session.get_bind()
+    if bind.dialect.name != "postgresql":
+        return Total(count(session, stmt), True)
+    compiled = stmt.with_only_columns(Analysis.id).compile(dialect=bind.dialect,
+                                                           compile_kwargs={"render_postcompile": True})
+    plan = session.connection().exec_driver_sql("EXPLAIN (FORMAT JSON) " + str(compiled), compiled.params).scalar()
+    return Total(max(up_to + 1, int(plan[0]["Plan"]["Plan Rows"])), False)
 
 
 def scenario_choices(session: Session) -> list[Scenario]:
