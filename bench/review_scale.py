@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = {
             "command": "python -m bench.review_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+            "load_average_1_5_15": [round(x, 1) for x in os.getloadavg()],
             "results": a.results, "seeded_s": round(seeded_s, 1), "p95_ms": {r["call"]: r["p95_ms"] for r in results},
             "calls": results, "export_100k_s": round(export_s, 1), "export_rows": rows,
             "queue_conflicts_per_100": {k: v["conflicts_per_100"] for k, v in conflicts.items()},
@@ -284,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         lines = [f"# Review at scale: {a.results:,} results", "", f"Command: `{summary['command']}`  ",
-                 f"Machine: {summary['machine']} (shared with other work while it ran)", "",
+                 f"Machine: {summary['machine']}; load average at the end "
+                 f"{' / '.join(map(str, summary['load_average_1_5_15']))} (1 / 5 / 15 min)", "",
                  "| page or call | p95 ms | median ms |", "|---|---:|---:|"]
         lines += [f"| {r['call']} | {r['p95_ms']} | {r['median_ms']} |" for r in results]
         lines += ["", f"CSV export of {rows:,} rows: **{export_s:.1f} s**", "",
