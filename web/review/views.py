@@ -172,6 +172,7 @@ def _next_free(session, filters: ResultFilters, result_id: int) -> int | None:
     """The next unreviewed result of the queue after ``result_id`` that nobody else holds, now
     held for this reviewer. A colleague may take the same one at the same moment: then the one
     after it (a few tries; past them, the answer even if held: a lease is a courtesy)."""
+    leases.sweep(session)  # holds that ran out count for nothing; this keeps their table small
     candidate = None
     for _ in range(5):
         candidate = neighbours(session, filters, result_id, leases.held_by_others(current_user.id)).next_unreviewed
