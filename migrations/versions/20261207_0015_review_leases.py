@@ -6,8 +6,8 @@
   (vidlora.names); a batch member whose NFC name another member already has keeps its form.
 - Indexes the review queue and the Results page read at 100k results.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-07 04:00:00
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0014'
-down_revision = '0013'
+revision = '0015'
+down_revision = '0014'
 branch_labels = None
 depends_on = None
 
