@@ -1,8 +1,7 @@
 """Tables keep their words whole (issue 58): the Results, Batches and API-token tables split
 "Scenario" and a batch number "10" over two lines in a window a reviewer really uses, because
-every cell could break anywhere. Now only names and answers (anyone's text, maybe 300
-characters) break anywhere; labels and numbers stay whole, and a table wider than its window
-scrolls in its box."""
+every cell could break anywhere. Now a word breaks only when it alone is wider than the table
+can give it (a 300-character name), and a table wider than its window scrolls in its box."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def test_results_batches_and_tokens_tables_break_no_word(live_server, reviewer, 
         page.goto(live_server + path)
         page.wait_for_selector(f"[data-testid={table}]")
         split = [s.rsplit(" in ", 1)[0] for s in page.evaluate(SPLIT_TOKENS, f"[data-testid={table}]")]
-        # Words and numbers stay whole; names (anyone's text: "Site B 74e2aef010", 200 x's)
-        # may break anywhere when the window needs it.
+        # Words and numbers stay whole (a name of 200 x's breaks: it is wider than any window).
         assert [w for w in split if w.isalpha() or w.isdigit()] == [], (path, width, split)
         assert page.evaluate("document.documentElement.scrollWidth") <= width + 1, (path, width)
     page.close()
