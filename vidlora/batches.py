@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from vidlora.config import Settings
 from vidlora.ingest.kinds import numbered
+from vidlora.names import canonical
 from vidlora.ingest.store import MediaStore, StoredFile, TooLarge
 from vidlora.lifecycle import BAD_VIDEO, UNPROBED_VIDEO, AnalysisStatus, BatchStatus, ResumableStatus, UploadStatus
 from vidlora.models import Analysis, Batch, BatchItem, ResumableUpload, Scenario, Upload, Video
@@ -41,7 +42,7 @@ def create_batch(
 ) -> Batch:
     scenarios = resolve_scenarios(session, scenario_names)
     batch = Batch(
-        name=name[:255], source=source, scenario_names=[s.name for s in scenarios], created_by=created_by
+        name=canonical(name)[:255], source=source, scenario_names=[s.name for s in scenarios], created_by=created_by
     )
     session.add(batch)
     session.flush()
@@ -101,7 +102,7 @@ def record_member(
     known by its content hash is reused, not duplicated. Returns (video_id, needs_prepare).
     Two uploads of one name with different contents are both kept, the second renamed.
     """
-    requested = name
+    name = requested = canonical(name)
     video = session.scalar(select(Video).where(Video.sha256 == stored.sha256)) if stored is not None else None
     item, name = _item_for(session, batch_id, name, stored is not None, video.id if video else None)
     if stored is not None and video is None:

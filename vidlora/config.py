@@ -179,6 +179,10 @@ class Settings(BaseSettings):
     # The sign-in throttle counts per client address; with 0 it trusts no such header (anyone
     # could forge it) and every client behind a proxy would share the proxy's address.
     proxy_hops: int = 0
+    # A reviewer who opens an answer from the review queue holds it this long (web.review.leases);
+    # the open page renews it every third of this, and leaving the page lets it go. Others
+    # are handed the next free answer meanwhile; nobody is ever stopped from reviewing it.
+    review_lease_s: int = Field(default=90, ge=15, le=3600)
     web_host: str = "127.0.0.1"
     web_port: int = 8000
 

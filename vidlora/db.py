@@ -77,6 +77,29 @@ def session_scope() -> Iterator[Session]:
         session.close()
 
 
+@contextmanager
+def snapshot_scope() -> Iterator[Session]:
+    """A read-only session that sees the database at one moment, however long it is read:
+    an export streamed for minutes while reviewers work must not pair a row read before a
+    review with that review's history read after it. PostgreSQL: a REPEATABLE READ READ
+    ONLY transaction (its snapshot is taken at the first query and held to the end; read
+    only, so it can never fail to serialize). SQLite (the embedded demo): one deferred
+    transaction, which WAL holds at the moment of its first read."""
+    engine = get_engine()
+    with engine.connect() as connection:
+        if engine.dialect.name == "postgresql":
+            connection = connection.execution_options(isolation_level="REPEATABLE READ")
+            connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+        else:
+            connection.exec_driver_sql("BEGIN")
+        session = Session(bind=connection, expire_on_commit=False)
+        try:
+            yield session
+        finally:
+            session.close()
+            connection.rollback()
+
+
 def is_postgres() -> bool:
     return get_engine().dialect.name == "postgresql"
 

@@ -397,6 +397,19 @@ class Review(Base):
     user: Mapped[User | None] = relationship()
 
 
+class ReviewLease(Base):
+    """A reviewer holds a result they opened from the review queue until ``expires_at``
+    (web.review.leases): a courtesy so the queue hands others the next answer, never a lock."""
+
+    __tablename__ = "review_lease"
+
+    result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("app_user.id", ondelete="CASCADE"), index=True)
+    expires_at: Mapped[datetime] = mapped_column(Timestamp, index=True)
+
+    user: Mapped[User] = relationship()
+
+
 class User(Base):
     __tablename__ = "app_user"
     __table_args__ = (_status_check("role", Role, "role"),)

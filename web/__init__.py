@@ -82,6 +82,9 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
         # the token itself lives for the session, not one hour: reviewers keep tabs open.
         WTF_CSRF_CHECK_DEFAULT=False,
         WTF_CSRF_TIME_LIMIT=None,
+        # The origin is checked in web.security, against the address behind the proxies.
+        WTF_CSRF_SSL_STRICT=False,
+        PROXY_HOPS=settings.proxy_hops,
         PAGE_SIZE=50,
         POLL_INTERVAL_MS=2000,
     )
@@ -92,8 +95,10 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     if settings.proxy_hops > 0:
         from werkzeug.middleware.proxy_fix import ProxyFix
 
-        # Only the hops the operator named: the client address the sign-in throttle counts.
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.proxy_hops, x_proto=settings.proxy_hops)
+        # Only the hops the operator named: the client address the sign-in throttle counts, and
+        # the host and port the browser used (what the form's origin is checked against).
+        hops = settings.proxy_hops
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops)
         from web.proxy import DirectRequests, redis_recorder
 
         # ... and a request that bypassed them says the setting can be forged (log, doctor).

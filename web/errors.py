@@ -55,6 +55,10 @@ def init_app(app: Flask) -> None:
         # post arrives without the session cookie (SameSite=Lax); the page's own CSRF meta tag
         # would start a fresh session, and its cookie would replace the victim's: signed out
         # by someone else's page. So this answer never sets a cookie.
+        # Logged with why, so an operator behind a new proxy can see what the app saw.
+        app.logger.warning("refused %s %s from %s: %s (Host %s, Origin %s, Referer %s)", request.method, request.path,
+                           request.remote_addr, exc.description, request.host, request.headers.get("Origin"),
+                           request.referrer)
         response = render(403, "This form has expired or was not sent from this site. "
                                "Reload the page and try again.")
         session.modified = False

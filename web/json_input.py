@@ -74,3 +74,31 @@ class StrictJSONProvider(DefaultJSONProvider):
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         return loads(s)
+
+
+class BodyError(ValueError):
+    """A request body that is not the JSON object an endpoint reads (400, saying which)."""
+
+
+_KINDS = {list: "a JSON array", str: "a JSON string", bool: "true or false", int: "a number", float: "a number",
+          type(None): "null"}
+
+
+def object_body(request: Any, example: str) -> dict[str, Any]:
+    """The request's body as a JSON object, or a BodyError that says what came instead: no
+    JSON content type, text that is not JSON (and where), or JSON that is not an object."""
+    if not request.is_json:
+        sent = request.mimetype or "no Content-Type"
+        raise BodyError(f"Send a JSON object such as {example} with Content-Type: application/json "
+                        f"(this request came as {sent}).")
+    text = request.get_data(as_text=True)
+    if not text.strip():
+        raise BodyError(f"The body is empty; send a JSON object such as {example}.")
+    try:
+        value = loads(text)
+    except ValueError as exc:
+        raise BodyError(f"The body is not JSON ({exc}); send a JSON object such as {example}.") from None
+    if not isinstance(value, dict):
+        raise BodyError(f"The body is {_KINDS.get(type(value), 'not an object')}, not a JSON object; "
+                        f"send a JSON object such as {example}.")
+    return value

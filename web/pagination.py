@@ -6,16 +6,15 @@ from dataclasses import dataclass
 
 from flask import request
 
+from vidlora.digits import whole_number
+
 
 MAX_PAGE = 1_000_000  # far past any real listing; keeps OFFSET inside PostgreSQL's bigint
 PAGE_SIZES = (20, 50, 100, 200)
 
 
 def page_number(arg: str = "page") -> int:
-    try:
-        return min(MAX_PAGE, max(1, int(request.args.get(arg, 1))))
-    except ValueError:
-        return 1
+    return min(MAX_PAGE, max(1, whole_number(request.args.get(arg), most_digits=30) or 1))
 
 
 def last_page_at_most(number: int, size: int, total: int) -> int:
@@ -26,10 +25,7 @@ def last_page_at_most(number: int, size: int, total: int) -> int:
 
 def page_size(default: int, arg: str = "per_page") -> int:
     """The reader's page size when it is one offered, else the default."""
-    try:
-        size = int(request.args.get(arg, default))
-    except ValueError:
-        return default
+    size = whole_number(request.args.get(arg)) or default
     return size if size in PAGE_SIZES or size == default else default
 
 
@@ -38,6 +34,7 @@ class Page:
     number: int
     size: int
     total: int
+    exact: bool = True  # False: ``total`` is the database's estimate (vidlora.results.query.bounded_count)
 
     @property
     def pages(self) -> int:

@@ -84,6 +84,12 @@ def age(value: datetime | None, now: datetime | None = None) -> str:
     return f"{int(seconds // 86400)} days ago"
 
 
+def seconds_left(until: datetime, now: datetime | None = None) -> str:
+    """How long until ``until``, in a reviewer's words ("45 s", "3 min")."""
+    seconds = max(0, int((as_utc(until) - (now or datetime.now(timezone.utc))).total_seconds()))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -197,7 +203,7 @@ def field_label(path: str) -> str:
 
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(
-        human_bytes=human_bytes, when=when, age=age, duration=duration, timestamp=timestamp,
+        human_bytes=human_bytes, when=when, age=age, seconds_left=seconds_left, duration=duration, timestamp=timestamp,
         answer_line=answer_line, shown_name=shown_name, field_label=field_label, visible=visible,
         reason_words=in_words, member_name=member_name, in_schema_order=in_schema_order,
         reject_key=lambda mapping, key: {k: v for k, v in mapping.items() if k != key},

@@ -120,3 +120,16 @@ def test_calibration_on_the_scenarios_page_and_in_the_api(logged_in_client, clie
     assert 'data-version="digest-abc"' in table and "21.7 %" in table and table.count("<tr data-low=") == 3
     missing = client.get("/api/v1/scenarios/no_such_scenario/calibration", headers=auth)
     assert missing.status_code == 404
+
+
+def test_the_review_page_tells_the_measured_certainty_from_the_answers_confidence_field(logged_in_client):
+    """Issue 58: "How sure the model was 54 %" sat beside the answer's own "Confidence 0.9"
+    with nothing telling them apart, and a list's figure did not say it was its weakest item."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9}]}],
+                             confidences=[{"sealed": 0.99, "finds": 0.54}])
+    page = logged_in_client.get(f"/review/results/{seeded.result_ids[0]}").get_data(as_text=True)
+    explained = page.split('data-testid="certainty-explained">')[1].split("</p>")[0]
+    assert "token probabilities" in explained and "not a field of the answer" in explained
+    assert "least certain item" in explained

@@ -63,3 +63,19 @@ def test_nan_and_infinity_are_not_numbers(client, token):
                                                               '"period": "han", "confidence": %s}]}' % constant})
         assert as_text.status_code == 400 and "finite" in as_text.json["detail"]
     assert _saved(rid) == ("unreviewed", None)
+
+
+def test_a_body_that_is_not_a_json_object_is_refused_saying_what_came(client, token):
+    rid = seed_structured([ANSWER]).result_ids[0]
+    sends = [("[1, 2]", "application/json", "a JSON array"), ('"approve"', "application/json", "a JSON string"),
+             ("42", "application/json", "a number"), ("null", "application/json", "null"),
+             ("{action: approve}", "application/json", "not JSON"), ("", "application/json", "empty"),
+             ('{"gold": true}', "text/plain", "text/plain")]
+    for endpoint in ("review", "gold"):
+        for body, mimetype, says in sends:
+            response = client.post(f"/api/v1/results/{rid}/{endpoint}", data=body,
+                                   headers={**token, "If-Match": '"v0"', "Content-Type": mimetype})
+            assert response.status_code == 400, (endpoint, body, response.status_code)
+            detail = response.json["detail"]
+            assert says in detail and "JSON object" in detail, (endpoint, body, detail)
+    assert _saved(rid) == ("unreviewed", None)

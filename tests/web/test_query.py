@@ -314,3 +314,27 @@ def test_a_page_past_the_end_shows_the_last_page(logged_in_client, factory):
     made = factory.batch({"artifact_identification": "a", "tomb_structure": "b", "murals_inscriptions": "c"})
     html = logged_in_client.get(f"/results/?batch={made.batch_id}&per_page=20&page=999999").get_data(as_text=True)
     assert "1–3 of 3" in html and html.count("data-analysis-id=") == 3
+
+
+def test_to_review_opens_a_page_headed_to_review(logged_in_client):
+    """The navigation's "To review" opened a page headed "Results" (issue 58)."""
+    page = logged_in_client.get("/review/", follow_redirects=True).get_data(as_text=True)
+    assert '<h1 data-testid="results-heading">To review</h1>' in page and "<title>To review" in page
+    assert "the model's doubts first" in page
+    plain = logged_in_client.get("/results/").get_data(as_text=True)
+    assert '<h1 data-testid="results-heading">Results</h1>' in plain
+
+
+def test_a_long_list_is_counted_without_reading_it(logged_in_client, monkeypatch):
+    """At 100k results an exact count read every row (half a second and more per page): past
+    COUNT_EXACT_UP_TO the page and the API say "about", from PostgreSQL's estimate, and the
+    per-value counts wait for a narrower filter (issue 58)."""
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([{"sealed": True, "finds": []}] * 5)
+    monkeypatch.setattr("vidlora.results.query.COUNT_EXACT_UP_TO", 3)
+    page = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert re.search(r"1–\d+ of about \d", page) and 'data-testid="counts-note"' in page
+    monkeypatch.setattr("vidlora.results.query.COUNT_EXACT_UP_TO", 10)
+    page = logged_in_client.get(f"/results/?scenario={seeded.scenario}").get_data(as_text=True)
+    assert "1–5 of 5" in page and 'data-testid="counts-note"' not in page

@@ -5,7 +5,9 @@ CSV columns: the row's columns (``rows.COLUMNS``), then, for a structured scenar
 ``field.<path>`` column per top-level scalar of its schema, and one per top-level array
 holding the array as JSON; ``items`` gives each array item its own row with a column per
 field. Every generator opens its own session and reads in chunks (``yield_per``), so an
-export of every result neither holds the caller's session nor loads everything into memory.
+export of every result neither holds the caller's session nor loads everything into memory;
+that session is one snapshot (``snapshot_scope``): every row, its reviews and the header are
+read at one moment, however long the download streams while reviewers work.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from sqlalchemy import Select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import Session, defer, joinedload, selectinload
 
-from vidlora.db import session_scope
-from vidlora.models import Analysis, Result, Review
+from vidlora.db import snapshot_scope
+from vidlora.models import Analysis, Batch, FrameSet, Result, Review
 from vidlora.results.fields import FieldSpec
 from vidlora.results.query import ResultFilters, result_query, scenario_fields, scenario_schema
 from vidlora.results.rows import COLUMNS, row_dict
@@ -39,6 +41,7 @@ FIELD_PREFIX = "field."
 _FORMULA_AT_CELL_START = re.compile(
     r"""(^|[,;\t\r\n])([\s"]*)(?![+-]\d+(?:\.\d+)?(?:[,;\t\r\n"\]}]|$))(?=[=+\-@])""")
 _CONTROL_START = ("\t", "\r")  # a cell starting with these is read as a formula by some programs
+_MAY_START_A_FORMULA = re.compile(r"[=+\-@\t\r]")  # a cell without these needs no look (most cells)
 
 
 def neutralise(value: str) -> str:
@@ -59,22 +62,20 @@ def _neutral_leaves(value: Any) -> Any:
 
 
 def with_provenance(stmt: Select) -> Select:
-    """Load what a row names besides the answer (frames, reviews) with the rows, not per row."""
-    return stmt.options(selectinload(Analysis.frame_set), selectinload(Analysis.batch),
+    """Load what a row names besides the answer (frames, reviews) with the rows, not per row,
+    and only what a row shows: a frame set's and a batch's few columns joined in, the engine's
+    token ids (hundreds per answer) never read. At 100k rows loading is most of an export."""
+    return stmt.options(joinedload(Analysis.frame_set).load_only(FrameSet.deinterlace, FrameSet.timestamps),
+                        joinedload(Analysis.batch).load_only(Batch.name),
+                        defer(Result.token_ids),
                         selectinload(Result.reviews).selectinload(Review.user),
                         selectinload(Result.field_confidences))
 
 
-def _rows(filters: ResultFilters) -> Iterator[dict]:
-    with session_scope() as session:
-        stmt = with_provenance(result_query(session, filters)).execution_options(yield_per=CHUNK)
-        for analysis, result, video, scenario in session.execute(stmt):
-            yield row_dict(analysis, result, video, scenario)
-
-
-def _fields(filters: ResultFilters) -> list[FieldSpec]:
-    with session_scope() as session:
-        return scenario_fields(session, filters.scenario)
+def _rows(session: Session, filters: ResultFilters) -> Iterator[dict]:
+    stmt = with_provenance(result_query(session, filters)).execution_options(yield_per=CHUNK)
+    for analysis, result, video, scenario in session.execute(stmt):
+        yield row_dict(analysis, result, video, scenario)
 
 
 def _cell(value) -> str:
@@ -86,7 +87,7 @@ def _cell(value) -> str:
         return "true" if value else "false"
     if not isinstance(value, str):
         return str(value)
-    return neutralise(value)
+    return neutralise(value) if _MAY_START_A_FORMULA.search(value) else value
 
 
 def _get(value: Any, path: str) -> Any:
@@ -119,13 +120,14 @@ def field_columns(fields: list[FieldSpec]) -> list[str]:
 
 
 def csv_lines(filters: ResultFilters) -> Iterator[str]:
-    extra = field_columns(_fields(filters))
-    writer, buffer = _writer()
-    writer.writerow([*COLUMNS, *(FIELD_PREFIX + c for c in extra)])
-    yield "\ufeff" + _flush(buffer)  # a BOM: spreadsheet programs then read UTF-8 names correctly
-    for row in _rows(filters):
-        writer.writerow([_cell(row[c]) for c in COLUMNS] + [_cell(_get(row["fields"], c)) for c in extra])
-        yield _flush(buffer)
+    with snapshot_scope() as session:
+        extra = field_columns(scenario_fields(session, filters.scenario))
+        writer, buffer = _writer()
+        writer.writerow([*COLUMNS, *(FIELD_PREFIX + c for c in extra)])
+        yield "\ufeff" + _flush(buffer)  # a BOM: spreadsheet programs then read UTF-8 names correctly
+        for row in _rows(session, filters):
+            writer.writerow([_cell(row[c]) for c in COLUMNS] + [_cell(_get(row["fields"], c)) for c in extra])
+            yield _flush(buffer)
 
 
 ITEM_COLUMNS = ("analysis_id", "result_id", "video_id", "video_name", "scenario", "review_state", "array", "item")
@@ -133,13 +135,18 @@ ITEM_COLUMNS = ("analysis_id", "result_id", "video_id", "video_name", "scenario"
 
 def items_lines(filters: ResultFilters) -> Iterator[str]:
     """One row per item of each top-level array of the answer (one row per find, per chamber)."""
-    fields = _fields(filters)
+    with snapshot_scope() as session:
+        yield from _item_lines(session, filters)
+
+
+def _item_lines(session: Session, filters: ResultFilters) -> Iterator[str]:
+    fields = scenario_fields(session, filters.scenario)
     arrays = list(dict.fromkeys(f.array for f in fields if f.array is not None))
     columns = [f.path for f in fields if f.array is not None]
     writer, buffer = _writer()
     writer.writerow([*ITEM_COLUMNS, *(FIELD_PREFIX + c for c in columns)])
     yield "\ufeff" + _flush(buffer)
-    for row in _rows(filters):
+    for row in _rows(session, filters):
         answer = row["fields"]
         for array in arrays:
             items = _get(answer, array)
@@ -157,8 +164,9 @@ def items_lines(filters: ResultFilters) -> Iterator[str]:
 
 
 def jsonl_lines(filters: ResultFilters) -> Iterator[str]:
-    for row in _rows(filters):
-        yield json.dumps(row, ensure_ascii=False) + "\n"
+    with snapshot_scope() as session:
+        for row in _rows(session, filters):
+            yield json.dumps(row, ensure_ascii=False) + "\n"
 
 
 def write_parquet(filters: ResultFilters, out: BinaryIO | str) -> int:
@@ -166,14 +174,13 @@ def write_parquet(filters: ResultFilters, out: BinaryIO | str) -> int:
     the number of rows written."""
     from vidlora.results.parquet import ParquetRows
 
-    with session_scope() as session:
-        schema = scenario_schema(session, filters.scenario)
-    writer = ParquetRows(out, schema)
-    chunk: list[dict] = []
-    for row in _rows(filters):
-        chunk.append(row)
-        if len(chunk) >= CHUNK:
-            writer.write(chunk)
-            chunk = []
-    writer.write(chunk)
+    with snapshot_scope() as session:
+        writer = ParquetRows(out, scenario_schema(session, filters.scenario))
+        chunk: list[dict] = []
+        for row in _rows(session, filters):
+            chunk.append(row)
+            if len(chunk) >= CHUNK:
+                writer.write(chunk)
+                chunk = []
+        writer.write(chunk)
     return writer.close()

@@ -10,7 +10,9 @@ on one array can be required to hold for the same item.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from difflib import SequenceMatcher
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,27 +176,56 @@ class FieldChange:
     after: Any
 
 
-def _positions(value: Any, path: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, child in value.items():
-            out.update(_positions(child, f"{path}.{key}" if path else str(key)))
-        return out
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        out = {}
-        for index, child in enumerate(value):
-            out.update(_positions(child, f"{path}[{index}]"))
-        return out
-    return {path: value}  # a scalar, or a list of scalars compared whole
-
-
 def changes(before: Any, after: Any) -> list[FieldChange]:
     """What an edit changed, field by field (an added or removed item shows as its fields
-    going from or to nothing; an empty list and no list are the same nothing)."""
-    old, new = _positions(before), _positions(after)
+    going from or to nothing; an empty list and no list are the same nothing). Items of a
+    list are matched by content, not position: removing chamber 1 of 3 is chamber 1's fields
+    going to nothing, not every later chamber's fields moving up one."""
+    out: list[FieldChange] = []
+    _diff(before, after, "", out)
+    return out
+
+
+def _is_items(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)
+
+
+def _diff(before: Any, after: Any, path: str, out: list[FieldChange]) -> None:
     nothing = (None, [])
-    return [FieldChange(path, old.get(path), new.get(path)) for path in dict.fromkeys([*old, *new])
-            if old.get(path) != new.get(path) and not (old.get(path) in nothing and new.get(path) in nothing)]
+    if isinstance(before, dict) or isinstance(after, dict):
+        if not (isinstance(before, dict) or before in nothing) or not (isinstance(after, dict) or after in nothing):
+            out.append(FieldChange(path, before, after))  # a value that changed kind: whole
+            return
+        old, new = before or {}, after or {}
+        for key in dict.fromkeys([*old, *new]):
+            _diff(old.get(key), new.get(key), f"{path}.{key}" if path else str(key), out)
+        return
+    if _is_items(before) or _is_items(after):
+        if not (isinstance(before, list) or before is None) or not (isinstance(after, list) or after is None):
+            out.append(FieldChange(path, before, after))
+            return
+        _diff_items(before or [], after or [], path, out)
+        return
+    if before != after and not (before in nothing and after in nothing):
+        out.append(FieldChange(path, before, after))
+
+
+def _diff_items(before: list[Any], after: list[Any], path: str, out: list[FieldChange]) -> None:
+    """Items matched by content (the longest common run, as a text diff matches lines): an
+    unchanged item is silent wherever it moved; the rest pair up in place, and what is left
+    over was removed (named at its old place) or added (at its new one)."""
+    keys = [json.dumps(v, sort_keys=True, default=str) for v in before], \
+        [json.dumps(v, sort_keys=True, default=str) for v in after]
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, *keys, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        paired = min(i2 - i1, j2 - j1)
+        for k in range(paired):
+            _diff(before[i1 + k], after[j1 + k], f"{path}[{j1 + k}]", out)
+        for i in range(i1 + paired, i2):
+            _diff(before[i], None, f"{path}[{i}]", out)
+        for j in range(j1 + paired, j2):
+            _diff(None, after[j], f"{path}[{j}]", out)
 
 
 def in_schema_order(value: Any, schema: dict[str, Any] | None, node: dict[str, Any] | None = None) -> Any:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from werkzeug.http import parse_etags
 
+from vidlora.digits import whole_number
+
 
 class IfMatchError(ValueError):
     """The header is there but names no review version (400)."""
@@ -23,9 +25,7 @@ class FutureVersion(ValueError):
 def _version(tag: str | None) -> int | None:
     if not tag:  # If-Match: "" parses to an empty (or no) tag
         return None
-    if tag[:1] == "v" and tag[1:].isdigit() and len(tag) < 12:
-        return int(tag[1:])
-    return None
+    return whole_number(tag[1:]) if tag[:1] == "v" else None
 
 
 def if_match_version(header: str | None, current: int) -> int | None:

@@ -302,7 +302,10 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                 "summary": "Analyses and results, filtered like the Results page",
                 "parameters": RESULT_FILTERS + PAGING,
                 "responses": {"200": _json({"type": "object", "properties": {
-                    "page": {"type": "integer"}, "per_page": {"type": "integer"}, "total": {"type": "integer"},
+                    "page": {"type": "integer"}, "per_page": {"type": "integer"},
+                    "total": {"type": "integer", "description": "Exact up to 10,000; past that PostgreSQL's "
+                              "estimate (total_exact false). /results/facets counts exactly."},
+                    "total_exact": {"type": "boolean"},
                     "filters": {"type": "object"}, "results": {"type": "array", "items": _ref("ResultRow")}}}),
                     **ERRORS}}},
             **{f"/results/export.{kind}": {"get": {

@@ -15,7 +15,9 @@ from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
 from vidlora.results.export import with_provenance
 from vidlora.results.fields import changes, final_value
-from vidlora.results.query import CONFIDENCE_BANDS, FilterError, confidence_facet, count, facets, parse_filters, result_query
+from vidlora.digits import whole_number
+from vidlora.results.query import (CONFIDENCE_BANDS, FilterError, bounded_count, confidence_facet, count, facets,
+                                   parse_filters, result_query)
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
 from web import json_input
@@ -48,10 +50,7 @@ def _int_arg(name: str, default: int, highest: int) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
+    value = whole_number(raw) or 0
     if not 1 <= value <= highest:
         raise FilterError(f"{name} must be a whole number from 1 to {highest}.")
     return value
@@ -80,6 +79,7 @@ def future_version(exc: FutureVersion):
 @bp.errorhandler(UploadError)
 @bp.errorhandler(GoldError)
 @bp.errorhandler(IfMatchError)
+@bp.errorhandler(json_input.BodyError)
 def bad_request(exc: ValueError):
     return render_error(400, str(exc))
 
@@ -150,9 +150,9 @@ def results():
     filters = parse_filters(request.args)
     size, page = _per_page(), _page()
     stmt = result_query(session, filters)
-    total = count(session, stmt)
+    total = bounded_count(session, stmt)  # an exact count reads the whole list: seconds at 100k
     rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
-    return jsonify(page=page, per_page=size, total=total, filters=filters.as_args(),
+    return jsonify(page=page, per_page=size, total=total.n, total_exact=total.exact, filters=filters.as_args(),
                    results=[row_dict(*row) for row in rows])
 
 
@@ -273,9 +273,8 @@ def result(result_id: int):
 def review(result_id: int):
     session = get_db()
     result = _locked_or_404(result_id)
-    body = request.get_json(silent=True) if request.is_json else request.form
-    if not isinstance(body, dict) and not hasattr(body, "get"):
-        raise ReviewError("Send a JSON object with action, and text or note where needed.")
+    # A form post (curl -F/-d) reads as its fields; anything sent as JSON must be an object.
+    body = json_input.object_body(request, '{"action": "approve"}') if request.is_json or not request.form else request.form
     unknown = sorted(set(body) - {"action", "text", "note", "fields"})
     if unknown:
         raise ReviewError(f"Unknown field(s): {', '.join(unknown)}; send action, and text, fields or note.")
@@ -333,8 +332,8 @@ def gold(result_id: int):
     read (a review since is a 409, as for a review; none needed, as for a note)."""
     session = get_db()
     result = _locked_or_404(result_id)
-    body = request.get_json(silent=True) if request.is_json else None
-    if not isinstance(body, dict) or set(body) != {"gold"} or not isinstance(body["gold"], bool):
+    body = json_input.object_body(request, '{"gold": true}')
+    if set(body) != {"gold"} or not isinstance(body["gold"], bool):
         raise GoldError('Send a JSON object {"gold": true} or {"gold": false}.')
     seen = _if_match(result)
     if seen is not None and seen != result.review_version:

@@ -7,6 +7,7 @@ from web.auth import bp
 from web.auth.throttle import SignInThrottled
 from web.auth.users import authenticate, end_sessions
 from web.database import get_db
+from web.review.leases import release_all
 from web.security import safe_next
 
 
@@ -37,6 +38,7 @@ def login():
 def logout():
     db = get_db()
     end_sessions(db, current_user.id)
+    release_all(db, current_user.id)  # what they held in the review queue is free for the team
     db.commit()
     logout_user()
     session.clear()

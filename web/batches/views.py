@@ -3,6 +3,7 @@ from __future__ import annotations
 from flask import abort, current_app, jsonify, render_template, request
 from sqlalchemy import func, select
 
+from vidlora.digits import whole_number
 from vidlora.models import Batch, Scenario
 from vidlora.status import batch_view
 from web.batches import bp
@@ -31,7 +32,7 @@ def index():
 @bp.get("/progress.json")
 def progress():
     """Progress of the batches listed on the page, for its live update."""
-    ids = [int(x) for x in request.args.get("ids", "").split(",") if x.strip().isdigit()][:200]
+    ids = [n for x in request.args.get("ids", "").split(",") if (n := whole_number(x.strip(), most_digits=10)) is not None][:200]
     session = get_db()
     batches = session.scalars(select(Batch).where(Batch.id.in_(ids))).all() if ids else []
     return jsonify({str(k): v.as_dict() for k, v in summarise(session, list(batches)).items()})

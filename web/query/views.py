@@ -3,6 +3,7 @@ from __future__ import annotations
 from flask import current_app, render_template, request
 from sqlalchemy import select
 
+from vidlora.digits import whole_number
 from vidlora.lifecycle import AnalysisStatus, ReviewState, values
 from vidlora.models import Batch
 from vidlora.results.query import (
@@ -10,8 +11,9 @@ from vidlora.results.query import (
     SORT_LABELS,
     FilterError,
     ResultFilters,
+    Total,
+    bounded_count,
     confidence_facet,
-    count,
     facets,
     parse_filters,
     result_query,
@@ -36,17 +38,18 @@ def index():
         error, filters, stmt = str(exc), as_typed(), None
     size = page_size(current_app.config["PAGE_SIZE"])
     number = page_number()
-    rows, total, facet_list, by_confidence = [], 0, [], []
+    rows, total, facet_list, by_confidence = [], Total(0, True), [], []
     if stmt is not None:
-        total = count(session, stmt)
-        number = last_page_at_most(number, size, total)
+        total = bounded_count(session, stmt)
+        number = last_page_at_most(number, size, total.n)
         rows = session.execute(stmt.offset((number - 1) * size).limit(size)).all()
-        facet_list = facets(session, filters)
-        by_confidence = confidence_facet(session, filters)
+        if total.exact:  # per-value counts read the whole list: past the exact count, none
+            facet_list = facets(session, filters)
+            by_confidence = confidence_facet(session, filters)
     batches = session.scalars(select(Batch).order_by(Batch.id.desc()).limit(200)).all()
     fields = scenario_fields(session, filters.scenario)
     return render_template(
-        "query/index.html", filters=filters, rows=rows, page=Page(number, size, total), error=error,
+        "query/index.html", filters=filters, rows=rows, page=Page(number, size, total.n, total.exact), error=error,
         scenarios=scenario_choices(session), batches=batches, statuses=values(AnalysisStatus),
         review_states=values(ReviewState), facets=facet_list, fields=fields,
         has_items=any(f.array for f in fields), sort_labels=SORT_LABELS, confidence_bands=CONFIDENCE_BANDS, confidence_facet=by_confidence, page_sizes=PAGE_SIZES, per_page=size,
@@ -60,7 +63,7 @@ def as_typed() -> ResultFilters:
     batch = args.get("batch", "")
     return ResultFilters(
         scenario=args.get("scenario", ""), review_state=args.get("review_state", ""), status=args.get("status", ""),
-        batch=int(batch) if batch.isdigit() else None, date_from=args.get("date_from") or None,  # type: ignore[arg-type]
+        batch=whole_number(batch, most_digits=10), date_from=args.get("date_from") or None,  # type: ignore[arg-type]
         date_to=args.get("date_to") or None, q=args.get("q", ""),  # type: ignore[arg-type]
         where=tuple(w for w in args.getlist("where") if w), sort=args.get("sort", ""),
         confidence=args.get("confidence", ""))

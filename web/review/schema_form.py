@@ -14,6 +14,7 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
+from vidlora.digits import signed_whole_number, whole_number
 from vidlora.results.fields import finite_number, kind_of, resolve_ref
 
 PREFIX = "f"
@@ -147,10 +148,10 @@ def _scalar(items: dict[str, Any], raw: str, label: str) -> Any:
             raise FormError(f"{label}: '{raw}' is not one of the choices.")
         return by_text[raw]
     if kind == "integer":
-        try:
-            return int(raw)
-        except ValueError:
-            raise FormError(f"{label} must be a whole number; '{raw}' is not.") from None
+        number = signed_whole_number(raw)
+        if number is None:
+            raise FormError(f"{label} must be a whole number in the digits 0-9; '{raw}' is not.")
+        return number
     if kind == "number":
         number = finite_number(raw)
         if number is None:
@@ -190,13 +191,15 @@ def _read_array(node: dict[str, Any], root: dict[str, Any], form, name: str, lab
     if kind_of(items) in ("string", "number", "integer"):
         lines = [line.strip() for line in (form.get(name) or "").splitlines()]
         return [_scalar(items, line, label) for line in lines if line]
-    indices = sorted({key[len(name) + 1:].split("/", 1)[0] for key in form.keys()
-                      if key.startswith(name + "/")} - {NEW}, key=lambda k: int(k) if k.isdigit() else -1)
+    # Only ASCII-digit indices are the form's own rows; anything else ("²") is not a row.
+    indices = sorted((number, key) for key in {key[len(name) + 1:].split("/", 1)[0] for key in form.keys()
+                                                if key.startswith(name + "/")} - {NEW}
+                     if (number := whole_number(key, most_digits=6)) is not None)
     out = []
-    for index in [i for i in indices if i.isdigit()][:MAX_ITEMS]:
+    for number, index in indices[:MAX_ITEMS]:
         if form.get(f"{name}/{index}/{REMOVE}"):
             continue
-        out.append(_read(items, root, form, f"{name}/{index}", f"{label} {int(index) + 1}"))
+        out.append(_read(items, root, form, f"{name}/{index}", f"{label} {number + 1}"))
     added = f"{name}/{NEW}"
     if any(key.startswith(added + "/") and form.get(key) for key in form.keys()):
         out.append(_read(items, root, form, added, f"new {label}"))

@@ -2,17 +2,19 @@ from __future__ import annotations
 
 import json
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, flash, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user
 from sqlalchemy.orm import selectinload
 
 from vidlora.feedback.gold import GoldError, set_gold
 from vidlora.lifecycle import AnalysisStatus, FrameSetStatus, ReviewState
 from vidlora.models import Analysis, Result, Review
+from vidlora.config import get_settings
+from vidlora.digits import whole_number
 from vidlora.results.fields import changes, final_value, in_schema_order
 from vidlora.results.query import FilterError, ResultFilters, neighbours, parse_filters
 from web.database import get_db
-from web.review import bp
+from web.review import bp, leases
 from web.review.actions import (
     ReviewError,
     StaleReview,
@@ -92,6 +94,9 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
         field_diff = changes(result.parsed, result.edited_parsed) if result.edited_parsed is not None else None
         form = form_tree(schema, final_value(result) if draft is None else draft)
     conflict = _conflict(result, entries, stale, action, draft, schema, merged) if stale is not None else None
+    held_by = leases.holder(get_db(), result.id, current_user.id)
+    # This page holds the answer while it is open (opened from the queue, nobody else has it).
+    holding = filters is not None and held_by is None and result.review_state == ReviewState.UNREVIEWED
     analysis = result.analysis
     frame_set = analysis.frame_set if analysis.frame_set and analysis.frame_set.status == FrameSetStatus.DONE else None
     return render_template(
@@ -100,6 +105,7 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
         answer=in_schema_order(final_value(result), schema), error=error, around=around, queue_args=queue_args,
         draft=current_text(result) if draft is None or schema is not None else draft, note=note, conflict=conflict,
+        held_by=held_by, holding=holding, lease_s=get_settings().review_lease_s,
     ), status
 
 
@@ -145,12 +151,62 @@ def _reapply(result: Result, schema, draft, seen: int) -> tuple[object, list[str
 
 @bp.get("/results/<id:result_id>")
 def result(result_id: int):
-    return _page(_result_or_404(result_id))
+    result = _result_or_404(result_id)
+    filters, queue_args = _queue()
+    if filters is not None and result.review_state == ReviewState.UNREVIEWED:
+        # Opened from the queue: hold it, or, when a colleague holds it, hand over the next free one.
+        session = get_db()
+        held = leases.take(session, result_id, current_user.id)
+        if held is not None:
+            following = _next_free(session, filters, result_id)
+            session.commit()
+            if following is not None:
+                flash(f"{held.username} is reviewing result {result_id}; here is the next answer nobody has open.",
+                      "info")
+                return redirect(url_for("review.result", result_id=following, **queue_args), code=303)
+        session.commit()
+    return _page(result)
+
+
+def _next_free(session, filters: ResultFilters, result_id: int) -> int | None:
+    """The next unreviewed result of the queue after ``result_id`` that nobody else holds, now
+    held for this reviewer. A colleague may take the same one at the same moment: then the one
+    after it (a few tries; past them, the answer even if held: a lease is a courtesy)."""
+    leases.sweep(session)  # holds that ran out count for nothing; this keeps their table small
+    candidate = None
+    for _ in range(5):
+        candidate = neighbours(session, filters, result_id, leases.held_by_others(current_user.id)).next_unreviewed
+        if candidate is None or leases.take(session, candidate, current_user.id) is None:
+            return candidate
+    return candidate
+
+
+@bp.post("/results/<id:result_id>/lease")
+def renew_lease(result_id: int):
+    """The open review page renews its hold (review.js, every third of the lease); answers who
+    else holds it, if someone took it over after it ran out."""
+    session = get_db()
+    if session.get(Result, result_id) is None:
+        abort(404, f"There is no result {result_id}.")
+    held = leases.take(session, result_id, current_user.id)
+    session.commit()
+    if held is not None:
+        return jsonify(held=False, holder=held.username, detail=f"{held.username} has this answer open now."), 409
+    return jsonify(held=True, lease_s=get_settings().review_lease_s)
+
+
+@bp.post("/results/<id:result_id>/lease/release")
+def release_lease(result_id: int):
+    """The page was left (review.js, navigator.sendBeacon): the answer is free for the team."""
+    session = get_db()
+    leases.release(session, result_id, current_user.id)
+    session.commit()
+    return "", 204
 
 
 def _version(name: str = "version") -> int | None:
     raw = request.form.get(name, "")
-    return int(raw) if raw.isdigit() and len(raw) < 12 else None
+    return whole_number(raw)
 
 
 @bp.post("/results/<id:result_id>")
@@ -191,8 +247,10 @@ def act(result_id: int):
     flash(message, "success")
     filters, queue_args = _queue()
     if filters is not None and action in ("approve", "reject", "edit"):
-        # The queue moves on to the next result nobody has reviewed, in the list's order.
-        following = neighbours(session, filters, result_id).next_unreviewed
+        # The queue moves on to the next result nobody has reviewed or holds, in the list's order.
+        leases.release(session, result_id, current_user.id)
+        following = _next_free(session, filters, result_id)
+        session.commit()
         if following is not None:
             return redirect(url_for("review.result", result_id=following, **queue_args), code=303)
         flash("Nothing left to review in this list.", "info")

@@ -64,9 +64,20 @@ def test_changes_name_each_field_that_an_edit_changed():
     after = {"finds": [{"material": "jade", "confidence": 0.5}, {"material": "bronze", "confidence": 0.2}],
              "damage": ["water", "looting"]}
     assert [(c.path, c.before, c.after) for c in changes(before, after)] == [
-        ("finds[0].material", "bronze", "jade"), ("damage", ["water"], ["water", "looting"]),
-        ("finds[1].material", None, "bronze"), ("finds[1].confidence", None, 0.2)]
+        ("finds[0].material", "bronze", "jade"), ("finds[1].material", None, "bronze"),
+        ("finds[1].confidence", None, 0.2), ("damage", ["water"], ["water", "looting"])]
     assert changes(before, before) == []
+
+
+def test_removing_the_first_of_three_items_is_that_item_only():
+    """Issue 58: removing chamber 1 of 3 read as 15 changes (every later chamber moved up)."""
+    chambers = [{"name": n, "width": w, "length": w + 1, "sealed": False, "finds": 2} for n, w in
+                (("north", 3), ("east", 4), ("south", 5))]
+    assert [(c.path, c.before, c.after) for c in changes({"chambers": chambers}, {"chambers": chambers[1:]})] == [
+        (f"chambers[0].{k}", v, None) for k, v in chambers[0].items()]
+    moved = changes({"chambers": chambers}, {"chambers": [chambers[1], {**chambers[2], "width": 6}]})
+    assert [(c.path, c.before, c.after) for c in moved] == [
+        *((f"chambers[0].{k}", v, None) for k, v in chambers[0].items()), ("chambers[1].width", 5, 6)]
 
 
 def test_an_empty_list_and_no_list_are_the_same_nothing():
