@@ -83,7 +83,7 @@ def eval_command(scenario: str, version: str | None, candidate: str | None, run:
 
 def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     from cli.releases import gold_run, scenario_session
-    from vidlora.feedback.compare import compare
+    from vidlora.feedback.gate import check
     from vidlora.feedback.releases import find_release
 
     with scenario_session(scenario) as (session, row):
@@ -92,7 +92,8 @@ def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     if run or not ran:
         gold_run(release_id, scenario, version, err=as_json)
     with scenario_session(scenario) as (session, row):
-        report = compare(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
+        report, verdict = check(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
+    report = {**report, **verdict.as_dict()}
     if as_json:
         click.echo(json.dumps(report, indent=2, ensure_ascii=False))
         return
@@ -102,11 +103,14 @@ def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     click.echo(f"  {'whole answers right':<32} stored {_pct(right['stored'])}   candidate {_pct(right['candidate'])}")
     for f in report["fields"]:
         click.echo(f"  {f['field']:<32} stored {_pct(f['stored'])}   candidate {_pct(f['candidate'])}")
+    click.echo(f"  candidate {verdict.gold_run.words()}")
     click.echo(f"  {len(report['changed'])} answer(s) changed")
     for c in report["changed"]:
+        mine = f"no answer ({c['why']})" if c["why"] else json.dumps(c["candidate"], ensure_ascii=False)
         click.echo(f"  result {c['result_id']} {c['video']}\n    stored:    {json.dumps(c['stored'], ensure_ascii=False)}"
-                   f"\n    candidate: {json.dumps(c['candidate'], ensure_ascii=False)}"
+                   f"\n    candidate: {mine}"
                    f"\n    reviewed:  {json.dumps(c['reviewed'], ensure_ascii=False)}")
+    click.echo(f"  promote: {'would serve it' if verdict.ok else 'refuses: ' + '; '.join(verdict.blockers)}")
 
 
 def _since(value: str | None) -> datetime | None:

@@ -3,11 +3,12 @@
 Each reviewed answer with a confidence (``vidlora.results.confidence``) is one point: the
 confidence, and whether the answer was right.
 
-- **Reviews**: approved unchanged = right; edited, rejected, or approved with a correction =
-  wrong. Per top-level field: an approved or edited answer's field is right when the reviewed
-  answer kept it (the same rules as agreement: exact choices, a tolerance for numbers,
-  normalised text); a rejected answer says nothing about which field was wrong, so its fields
-  are left out.
+- **Reviews**: the model's answer against the one the review left, by the rule agreement and
+  the gold comparison use (``agreement.answer_right``: exact choices, a tolerance for numbers,
+  normalised text), so an edit within the number tolerance leaves the answer right, as a gold
+  answer within it does; a rejected answer is wrong. Per top-level field: an approved or
+  edited answer's field is right when the reviewed answer kept it, by the same rule; a
+  rejected answer says nothing about which field was wrong, so its fields are left out.
 - **The gold set**: a candidate version's answers on the gold videos (``vidlora eval
   --compare``) against the reviewed gold answers, the same way.
 
@@ -25,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import score_field
+from vidlora.feedback.agreement import answer_right, score_field
 from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_answer
 from vidlora.lifecycle import ReviewState
@@ -123,7 +124,7 @@ def scenario_calibration(session: Session, scenario: Scenario, version: str | No
     a confidence, the newest version first; ``version`` (or a prefix of it) keeps that one."""
     specs = schema_fields(scenario.output_schema)
     stmt = (select(Result.id, Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
-                   Result.confidence)
+                   Result.confidence, Result.text, Result.edited_text)
             .join(Analysis, Analysis.id == Result.analysis_id)
             .where(Analysis.scenario_id == scenario.id, Result.confidence.is_not(None),
                    Result.review_state != ReviewState.UNREVIEWED)
@@ -139,9 +140,10 @@ def scenario_calibration(session: Session, scenario: Scenario, version: str | No
                                                .where(ResultConfidence.result_id.in_(ids[start:start + 1000]))):
             by_field.setdefault(rid, {})[name] = conf
     out: dict[str | None, Calibration] = {}
-    for rid, v, state, parsed, edited, conf in rows:
+    for rid, v, state, parsed, edited, conf, text, edited_text in rows:
         reviewed = reviewed_answer(state, parsed, edited)
-        right = state == ReviewState.APPROVED and (edited is None or edited == parsed)
+        reviewed_text = None if state == ReviewState.REJECTED else (edited_text if edited_text is not None else text)
+        right = state != ReviewState.REJECTED and answer_right(specs, parsed, reviewed, relative, text, reviewed_text)
         _add(out.setdefault(v, Calibration(v)), "reviews", specs, conf, by_field.get(rid, {}), parsed, reviewed,
              right, relative)
     _add_gold(session, scenario, specs, version, relative, out)
@@ -167,7 +169,6 @@ def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], vers
             if conf.get("answer") is None or reviewed is None or answer.get("parsed") is None:
                 continue
             fields = {k: float(v) for k, v in (conf.get("fields") or {}).items()}
-            right = all(_field_right(specs, k, answer["parsed"], reviewed, relative) is not False
-                        for k in set(answer["parsed"]) | set(reviewed))
+            right = answer_right(specs, answer["parsed"], reviewed, relative)
             _add(out.setdefault(release.version, Calibration(release.version)), "gold", specs,
                  float(conf["answer"]), fields, answer["parsed"], reviewed, right, relative)

@@ -18,7 +18,7 @@ and Qwen3-VL's rope index splits a video of T patches into T one-patch videos an
 One thing the split cannot keep: the video processor sizes a video's frames for the whole
 video (its pixel budget counts frames). Where a 2-frame video would be sized otherwise than
 the whole one (tiny frames, or very long ones), the example is left out of this form, counted
-with its reason. ``tests/vidlora/feedback/test_llamafactory_recipe.py`` runs LLaMA-Factory's
+with its reason. ``tests/vidlora/feedback/test_llamafactory.py`` runs LLaMA-Factory's
 own dataset loading on an export and compares token for token with vLLM's prompt.
 """
 

@@ -340,7 +340,17 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                         "created_at": {"type": "string", "nullable": True},
                         "promoted_at": {"type": "string", "nullable": True},
                         "gold_run_at": {"type": "string", "nullable": True},
-                        "comparison": {"type": "object", "nullable": True}}}}}}),
+                        "comparison": {"type": "object", "nullable": True},
+                        "promotable": {"type": "boolean",
+                                       "description": "Whether `vidlora scenarios promote` would serve it"},
+                        "blockers": {"type": "array", "items": {"type": "string"},
+                                     "description": "Why promote refuses it, in words"},
+                        "gold_run": {"type": "object", "description": "Its gold run: answered, refused, errors, "
+                                                                      "reasons, and a summary in words"},
+                        "forced_reason": {"type": "string", "nullable": True,
+                                          "description": "Why it was promoted over a refusal (--force --reason)"},
+                        "forced_over": {"type": "string", "nullable": True,
+                                        "description": "What the check said when it was forced"}}}}}}),
                     **ERRORS, **NOT_FOUND}}},
             "/scenarios/{name}/gold": {"get": {
                 "summary": "The scenario's gold set: reviewed results held out of training",

@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from vidlora.config import get_settings
-from vidlora.feedback.compare import compare
+from vidlora.feedback.gate import check
 from vidlora.feedback.gold import GoldError, gold_results, set_gold
 from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 from vidlora.feedback.releases import releases
@@ -385,9 +385,11 @@ def versions(name: str):
     session = get_db()
     scenario = _scenario_or_404(name)
     tolerance = get_settings().eval_number_tolerance
+    checked = [(r, *check(session, scenario, r, tolerance)) for r in releases(session, scenario)]
     return jsonify(scenario=scenario.name, serving=scenario.adapter_version, versions=[{
         "version": r.version, "status": r.status, "adapter": shown_name(r.path), "note": r.note,
         "created_at": iso_utc(r.created_at), "promoted_at": iso_utc(r.promoted_at),
-        "gold_run_at": iso_utc(r.gold_run_at),
-        "comparison": compare(session, scenario, r, tolerance) if r.gold_run_at else None,
-    } for r in releases(session, scenario)])
+        "gold_run_at": iso_utc(r.gold_run_at), "comparison": report,
+        "promotable": verdict.ok, "blockers": verdict.blockers, "gold_run": verdict.gold_run.as_dict(),
+        "forced_reason": r.forced_reason, "forced_over": r.forced_over,
+    } for r, report, verdict in checked])

@@ -131,7 +131,7 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     assert trained["examples"] == 3 and len(trained["losses"]) == 3
 
     out = cli(env, "cli", "scenarios", "register", SCENARIO, str(v2_dir), "--note", "3 steps on the December reviews")
-    assert "registered as a candidate" in out.stdout and "answered 2 gold video(s)" in out.stdout
+    assert "registered as a candidate" in out.stdout and "answered 2 of 2 gold videos" in out.stdout
     v2 = out.stdout.split("adapter version ")[1].split()[0]
     assert v2 != v1
 

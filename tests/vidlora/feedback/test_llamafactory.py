@@ -217,7 +217,7 @@ def test_llamafactory_reads_an_export_into_exactly_the_engines_prompt_and_frames
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = vidlora("scenarios", "register", seeded.scenario, str(trained), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "answered 1 gold video(s)" in out.stdout + out.stderr
+    assert "answered 1 of 1 gold video" in out.stdout + out.stderr
     from vidlora.models import AdapterRelease
 
     with session_scope() as session:
