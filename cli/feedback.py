@@ -146,6 +146,8 @@ def _export(scenario: str, out: Path, selection, model: str | None = None) -> No
         left = "".join(f"; left out: {n} {why}" for why, n in factory["skipped"].items())
         click.echo(f"LLaMA-Factory {factory['version']}: {factory['examples']} example(s) in {factory['file']}{left}; "
                    f"train with: llamafactory-cli train {out / factory['recipe']}")
+        click.echo(f"the recipe continues the serving adapter {factory['continues']}" if factory["continues"]
+                   else f"the recipe trains a fresh LoRA: {factory['fresh_lora_why']}")
 
 
 @click.command("export-training")

@@ -123,3 +123,33 @@ def test_the_scenarios_page_shows_a_candidate_beside_the_stored_answers(logged_i
     changed = section.split(f'data-testid="changed-{reviewed.scenario}"')[1]
     assert f'data-result="{edited}"' in changed and f'data-result="{approved}"' not in changed
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in changed
+    gate = section.split(f'data-testid="gate-{reviewed.scenario}-cafe01234567"')[1].split("</p>")[0]
+    assert "Ready to serve" in gate and versions[0]["promotable"] is True
+
+
+def test_the_scenarios_page_says_why_promote_refuses_a_candidate(logged_in_client, reviewed, tmp_path):
+    """A candidate whose adapter the engine refused on the gold set: the page says so in words,
+    with the engine's reason (escaped: it names the adapter), and the API carries the same."""
+    from vidlora.feedback.gold import set_gold
+    from vidlora.models import AdapterRelease, Scenario, utcnow
+
+    approved, edited, _, _ = reviewed.result_ids
+    why = "adapter '<b>x</b>' refused: adapter changes nothing (max logprob change 0.00015): modules not placed?"
+    with session_scope() as session:
+        for rid in (approved, edited):
+            set_gold(session.get(Result, rid), True, None)
+        scenario = session.query(Scenario).filter_by(name=reviewed.scenario).one()
+        session.add(AdapterRelease(scenario_id=scenario.id, version="dead0123456789ab", path=str(tmp_path),
+                                   status="candidate", gold_run_at=utcnow(), gold_answers={
+                                       str(rid): {"text": "", "parsed": None, "error": why} for rid in (approved, edited)}))
+    [version] = logged_in_client.get(f"/api/v1/scenarios/{reviewed.scenario}/versions").json["versions"]
+    assert version["promotable"] is False and version["gold_run"]["refused"] == 2
+    assert version["comparison"]["candidate_answered"] == 0
+
+    page = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    section = page.split(f'data-testid="candidate-{reviewed.scenario}-dead01234567"')[1].split("</section>")[0]
+    assert "answered 0 of 2 gold videos; 2 refused: adapter changes nothing (max logprob change 0.00015)" in section
+    gate = section.split(f'data-testid="gate-{reviewed.scenario}-dead01234567"')[1].split("</div>")[0]
+    assert "Promote refuses it" in gate and "2 refused: adapter changes nothing" in gate
+    changed = section.split(f'data-testid="changed-{reviewed.scenario}"')[1]
+    assert "No answer (refused: adapter changes nothing" in changed and "None" not in changed

@@ -4,9 +4,10 @@ A version that cannot answer must never serve: ``vidlora scenarios promote`` ref
 candidate whose gold run (``tasks.gold_run``) has a refusal (the engine's guard would not serve
 its adapter), an error, an answer that is no answer (not valid for the schema, or empty), or
 fewer answers than the gold set has videos (never run, or run before the set grew); and one
-whose whole answers are right less often than the serving version's beyond the interval the
-gold set allows (the serving version's rate lies above the candidate's 95 % Wilson interval on
-the same videos: it is worse, not unlucky). ``--force --reason`` overrides it; the release keeps
+whose whole answers are right less often than the serving version's beyond the intervals the
+gold set allows (the candidate's 95 % Wilson interval lies wholly below the serving version's
+on the same videos: it is worse, not unlucky; intervals that overlap are, as the Scenarios page
+says of agreement, versions not yet told apart). ``--force --reason`` overrides it; the release keeps
 the reason (``AdapterRelease.forced_reason``).
 """
 
@@ -141,10 +142,13 @@ def verdict(session: Session, scenario: Scenario, release: AdapterRelease, repor
     candidate = Rate(right["count"], right["of"]) if right else None
     baseline, source = _baseline(session, scenario, serving, gold, relative, report)
     if candidate is not None and baseline is not None and baseline.n and candidate.n:
-        high = wilson(candidate.k, candidate.n)[1]
-        if baseline.value > high + 1e-12:
+        # Worse beyond the intervals: the candidate's 95 % interval lies wholly below the
+        # baseline's (intervals that overlap are versions the gold set cannot yet tell apart).
+        high, low = wilson(candidate.k, candidate.n)[1], wilson(baseline.k, baseline.n)[0]
+        if high < low - 1e-12:
             blockers.append(f"its whole answers are right {_pct(candidate)} on the gold set, worse than "
-                            f"{source}, {_pct(baseline)}, beyond its 95 % interval (up to {100 * high:.0f} %)")
+                            f"{source}, {_pct(baseline)}, beyond the 95 % intervals (up to {100 * high:.0f} % "
+                            f"against at least {100 * low:.0f} %)")
     return Verdict(run, blockers, candidate, baseline, source)
 
 
