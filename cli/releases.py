@@ -85,14 +85,15 @@ def promote_command(scenario: str, version: str, force: bool, reason: str | None
     """Serve adapter VERSION (or a unique prefix) for SCENARIO's new analyses, once its gold run
     shows it answers every gold video (no refusal, no error) and is not worse than the serving
     version beyond the gold set's interval."""
-    from vidlora.feedback.releases import promote
+    from vidlora.feedback.gate import promote_checked
 
     if force and not (reason or "").strip():
         raise click.BadParameter('say why with --reason "..." (it is kept with the version)', param_hint="--force")
     if reason and not force:
         raise click.BadParameter("--reason goes with --force", param_hint="--reason")
     with scenario_session(scenario) as (session, row):
-        release = promote(session, row, version, get_settings().eval_number_tolerance, reason if force else None)
+        release = promote_checked(session, row, version, get_settings().eval_number_tolerance,
+                                  reason if force else None)
         click.echo(f"{scenario}: now serving adapter version {release.version} (results keep the version that made them)")
         if release.forced_reason:
             click.echo(f"{scenario}: forced over the gold-set check ({release.forced_over}); "

@@ -14,13 +14,14 @@ import shutil
 
 import pytest
 
-from tests.cli.test_feedback import BRONZE, JADE, review
 from tests.support.cli import vidlora
 from tests.support.structured import seed_structured
 from vidlora.db import session_scope
 from vidlora.engine_io import AnalysisOutput
 from vidlora.models import AdapterRelease
 
+BRONZE = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
+JADE = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8}]}
 NOOP = ("adapter 'tomb-candidate-x' refused: adapter changes nothing (max logprob change 0.00015): "
         "modules not placed? (#49354)")
 
@@ -31,9 +32,15 @@ def answer(key: str, value: dict) -> AnalysisOutput:
 
 
 def gold_scenario(n: int) -> tuple[str, list[int]]:
+    """n approved results of a new scenario, all marked gold (as `vidlora gold add` does)."""
+    from vidlora.models import Result
+    from web.review.actions import apply_review
+
     seeded = seed_structured([BRONZE] * n)
-    for rid in seeded.result_ids:
-        review(rid, "approve")
+    with session_scope() as session:
+        for rid in seeded.result_ids:
+            result = session.get(Result, rid)
+            apply_review(session, result, "approve", None, version=result.review_version)
     out = vidlora("gold", "add", *map(str, seeded.result_ids))
     assert out.returncode == 0, out.stderr
     return seeded.scenario, seeded.result_ids

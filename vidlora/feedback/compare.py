@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import FieldScore, Rate, answer_right, score_field
-from vidlora.feedback.gate import failure, gold_run
+from vidlora.feedback.gold_answers import failure, gold_run
 from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_row
 from vidlora.models import AdapterRelease, Result, Scenario

@@ -13,89 +13,18 @@ the reason (``AdapterRelease.forced_reason``).
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import Rate, wilson
+from vidlora.feedback.compare import compare
+from vidlora.feedback.gold import gold_results
+from vidlora.feedback.gold_answers import GoldRun, gold_run
+from vidlora.feedback.releases import ReleaseError, find_release, promote, serving_release
+from vidlora.lifecycle import ReleaseStatus
 from vidlora.models import AdapterRelease, Result, Scenario
-
-# What the engine host's error says when it would not serve the adapter (workers.engine_host).
-_REFUSED = (" refused: ", " not served now: ")
-
-
-def usable(answer: dict[str, Any] | None, structured: bool) -> bool:
-    """A gold answer that is an answer: no error, and valid for the schema (or non-empty text)."""
-    if not answer or answer.get("error") is not None:
-        return False
-    if structured:
-        return answer.get("parsed") is not None and answer.get("schema_ok") is not False
-    return bool((answer.get("text") or "").strip())
-
-
-def failure(answer: dict[str, Any] | None, structured: bool) -> tuple[str, str] | None:
-    """(kind, reason) of a gold answer that is not one; None for a usable answer. kind is
-    "refused", "error", "invalid" or "missing"."""
-    if answer is None:
-        return "missing", "no answer: the gold run did not reach it"
-    error = answer.get("error")
-    if error is not None:
-        for marker in _REFUSED:
-            if marker in error:
-                return "refused", error.split(marker, 1)[1].strip() or error
-        return "error", error
-    if usable(answer, structured):
-        return None
-    if structured:
-        return "invalid", "the answer is not valid for the scenario's schema"
-    return "invalid", "the answer is empty"
-
-
-@dataclass
-class GoldRun:
-    """What a release's gold run produced, on today's gold set."""
-
-    ran: bool
-    gold: int
-    answered: int = 0
-    failures: dict[str, Counter] = field(default_factory=dict)  # kind -> reason -> count
-
-    def count(self, kind: str) -> int:
-        return sum(self.failures.get(kind, Counter()).values())
-
-    def words(self) -> str:
-        """"answered 0 of 4 gold videos; 4 refused: adapter changes nothing (...)"."""
-        if not self.ran:
-            return "no gold run"
-        parts = [f"answered {self.answered} of {self.gold} gold video{'' if self.gold == 1 else 's'}"]
-        for kind, label in (("refused", "refused"), ("error", "failed"), ("invalid", "no valid answer"),
-                            ("missing", "not answered")):
-            for reason, n in self.failures.get(kind, Counter()).most_common():
-                parts.append(f"{n} {label}: {reason}")
-        return "; ".join(parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ran": self.ran, "gold": self.gold, "answered": self.answered,
-                **{kind: self.count(kind) for kind in ("refused", "error", "invalid", "missing")},
-                "reasons": [{"kind": kind, "reason": reason, "count": n}
-                            for kind, reasons in self.failures.items() for reason, n in reasons.most_common()],
-                "summary": self.words()}
-
-
-def gold_run(release: AdapterRelease, gold: list[Result], structured: bool) -> GoldRun:
-    answers = release.gold_answers or {}
-    out = GoldRun(ran=release.gold_run_at is not None, gold=len(gold))
-    if not out.ran:
-        return out
-    for result in gold:
-        why = failure(answers.get(str(result.id)), structured)
-        if why is None:
-            out.answered += 1
-        else:
-            out.failures.setdefault(why[0], Counter())[why[1]] += 1
-    return out
 
 
 @dataclass
@@ -154,8 +83,6 @@ def verdict(session: Session, scenario: Scenario, release: AdapterRelease, repor
 
 def _baseline(session: Session, scenario: Scenario, serving: AdapterRelease | None, gold: list[Result],
               relative: float, report: dict[str, Any] | None) -> tuple[Rate | None, str | None]:
-    from vidlora.feedback.compare import compare
-
     structured = bool(scenario.output_schema)
     if serving is not None and serving.gold_run_at is not None and \
             gold_run(serving, gold, structured).answered == len(gold):
@@ -176,11 +103,26 @@ def check(session: Session, scenario: Scenario, release: AdapterRelease,
     """The release's comparison on the gold set (None before its gold run) and whether
     ``promote`` would serve it: what ``eval --compare``, ``versions``, the Scenarios page and
     ``promote`` itself all read."""
-    from vidlora.feedback.compare import compare
-    from vidlora.feedback.gold import gold_results
-    from vidlora.feedback.releases import serving_release
-
     report = compare(session, scenario, release, relative) if release.gold_run_at else None
     serving = serving_release(session, scenario)
     serving = serving if serving is not None and serving.id != release.id else None
     return report, verdict(session, scenario, release, report, serving, gold_results(session, scenario.id), relative)
+
+
+def promote_checked(session: Session, scenario: Scenario, version: str, relative: float,
+                    force_reason: str | None = None) -> AdapterRelease:
+    """``releases.promote`` once the candidate passes ``check``; ``force_reason``: serve it all
+    the same, keeping the reason and what the check said on the release."""
+    release = find_release(session, scenario, version)
+    if release.status == ReleaseStatus.SERVING:
+        raise ReleaseError(f"{scenario.name} already serves {release.version}")
+    _, said = check(session, scenario, release, relative)
+    reason = (force_reason or "").strip()
+    if not said.ok and not reason:
+        raise ReleaseError(f"{scenario.name}: not promoting {release.version[:12]}: " + "; ".join(said.blockers)
+                           + '. To serve it all the same, add --force --reason "why" (the reason is kept)')
+    promoted = promote(session, scenario, release.version)
+    promoted.forced_reason = reason if not said.ok else None
+    promoted.forced_over = "; ".join(said.blockers) if promoted.forced_reason else None
+    session.flush()
+    return promoted

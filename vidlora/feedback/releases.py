@@ -86,21 +86,11 @@ def _serve(scenario: Scenario, release: AdapterRelease) -> None:
     scenario.adapter_status, scenario.adapter_reason, scenario.adapter_digest = AdapterStatus.UNCHECKED, None, None
 
 
-def promote(session: Session, scenario: Scenario, version: str, relative: float = 0.05,
-            force_reason: str | None = None) -> AdapterRelease:
-    """Serve the candidate, once its gold run shows it answers (``vidlora.feedback.gate``);
-    ``force_reason``: serve it all the same, keeping the reason and what the check said."""
-    from vidlora.feedback.gate import check
-
+def promote(session: Session, scenario: Scenario, version: str) -> AdapterRelease:
+    """Serve the release (the command checks its gold run first: ``vidlora.feedback.gate``)."""
     release = find_release(session, scenario, version)
     if release.status == ReleaseStatus.SERVING:
         raise ReleaseError(f"{scenario.name} already serves {release.version}")
-    _, verdict = check(session, scenario, release, relative)
-    if not verdict.ok and not (force_reason or "").strip():
-        raise ReleaseError(f"{scenario.name}: not promoting {release.version[:12]}: " + "; ".join(verdict.blockers)
-                           + ". To serve it all the same, add --force --reason \"why\" (the reason is kept)")
-    release.forced_reason = force_reason.strip() if force_reason and not verdict.ok else None
-    release.forced_over = "; ".join(verdict.blockers) if release.forced_reason else None
     current = _current(session, scenario)
     release.declared_path = current.declared_path if current is not None else scenario.adapter_path
     if current is not None:

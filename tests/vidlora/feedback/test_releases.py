@@ -14,11 +14,6 @@ from vidlora.models import Scenario
 from vidlora.scenarios import ScenarioSpec, adapter_version, sync_scenarios
 
 
-# These tests are of the releases' mechanics, on scenarios without a gold set: the gold-set
-# check (vidlora.feedback.gate, tests/cli/test_releases.py) is forced past, as a person may.
-FORCED = "mechanics under test"
-
-
 @pytest.fixture()
 def two_versions(tmp_path):
     v1, v2 = tmp_path / "v1", tmp_path / "v2"
@@ -41,10 +36,7 @@ def test_promote_then_rollback_and_syncs_keep_the_promotion(db_session, two_vers
     with pytest.raises(ReleaseError, match="already serves"):
         register_candidate(db_session, scenario, v1)
 
-    with pytest.raises(ReleaseError, match="no gold set to prove it on"):
-        promote(db_session, scenario, candidate.version[:8])
-    promote(db_session, scenario, candidate.version[:8], force_reason=FORCED)
-    assert candidate.forced_reason == FORCED and "no gold set" in candidate.forced_over
+    promote(db_session, scenario, candidate.version[:8])
     assert (scenario.adapter_path, scenario.adapter_version) == (str(v2), candidate.version)
     assert scenario.adapter_status == "unchecked"  # the workers judge the new adapter anew
     assert {r.version: r.status for r in releases(db_session, scenario)} == {candidate.version: "serving",
@@ -59,7 +51,7 @@ def test_promote_then_rollback_and_syncs_keep_the_promotion(db_session, two_vers
     with pytest.raises(ReleaseError, match="no earlier adapter version"):
         rollback(db_session, scenario)
     with pytest.raises(ReleaseError, match="no adapter version 'zzz'"):
-        promote(db_session, scenario, "zzz", force_reason=FORCED)
+        promote(db_session, scenario, "zzz")
 
 
 def test_a_scenario_file_that_names_another_adapter_wins_over_a_promotion(db_session, two_versions, tmp_path):
@@ -70,7 +62,7 @@ def test_a_scenario_file_that_names_another_adapter_wins_over_a_promotion(db_ses
     spec = ScenarioSpec(name="tomb_file_wins", title="Tombs", prompt="Count the chambers.", adapter_path=str(v1))
     sync_scenarios(db_session, [spec])
     scenario = db_session.query(Scenario).filter_by(name="tomb_file_wins").one()
-    promote(db_session, scenario, register_candidate(db_session, scenario, v2).version, force_reason=FORCED)
+    promote(db_session, scenario, register_candidate(db_session, scenario, v2).version)
     sync_scenarios(db_session, [replace(spec, adapter_path=str(v3))])
     assert scenario.adapter_version == adapter_version(str(v3))
     assert {r.status for r in releases(db_session, scenario)} == {"retired"}  # nothing left promoted
