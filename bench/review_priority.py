@@ -17,7 +17,7 @@ order they were made). Reported:
   (1.0 unless more than 20 % of the answers are wrong);
 - ``ece``: the expected calibration error of the answer confidence (10 bins);
 - ``recall_share_of_best``: ``recall_at_20pct`` / ``best_recall_at_20pct`` (issue 61's goal: 0.9);
-- ``ece_calibrated``: the ECE of the confidence the product shows (``vidlora.feedback.recalibration``,
+- ``ece_calibrated``: the ECE of the confidence the product shows (``vidlora.feedback.calibration``,
   a map per adapter fitted on the other seed base's answers), and the same per seed base;
 - the same for the geometric-mean and product aggregations (``vidlora.results.confidence``
   stores the minimum) and for the scored field's own confidence, and per scene kind.
@@ -247,13 +247,13 @@ def share_of_best(stats: dict) -> float | None:
 
 
 def cross_calibrate(rows: list[dict], pool: list[dict] | None = None) -> dict:
-    """ECE of the confidence the product shows (vidlora.feedback.recalibration: per adapter, i.e.
+    """ECE of the confidence the product shows (vidlora.feedback.calibration: per adapter, i.e.
     per scene kind, an isotonic map) on answers the map was not fitted on: each seed base's
     answers through the map fitted on the other bases' answers of the same kind (``pool``: where
     those are, default ``rows``). Fitted with the product's minimum count."""
     from vidlora.config import Settings
     from vidlora.feedback.calibration import reliability
-    from vidlora.feedback.recalibration import fit
+    from vidlora.feedback.calibration import fit
 
     pool = rows if pool is None else pool
     minimum = Settings().calibration_min_answers
@@ -312,7 +312,7 @@ def report(s: dict, rows: list[dict]) -> str:
         f"**Recall at 20 % as a share of the perfect order's (`recall_share_of_best`): "
         f"{s['recall_share_of_best']:.3f}** (goal at least 0.9: {'met' if s['goal_met'] else 'not met'}). "
         "Calibration does not change the order (its map never reverses it), so this is the raw order's.", "",
-        "Calibrated confidence (issue 61; `vidlora.feedback.recalibration`, an isotonic map per adapter version, "
+        "Calibrated confidence (issue 61; `vidlora.feedback.calibration`, an isotonic map per adapter version, "
         "here per scene kind, fitted on the *other* seed base's answers, then applied to these: answers it was "
         f"not fitted on): **ECE {_pct(s['ece'])} before, {_pct(s['ece_calibrated'])} after** over "
         f"{s['calibrated_answers']} answers (goal at most 5 %: "

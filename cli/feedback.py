@@ -40,6 +40,13 @@ def print_calibration(scenario: str, reports: list[dict]) -> None:
         click.echo(f"{scenario}  adapter version {r['version'] or 'none'}: calibration of {a['count']} answers "
                    f"({sources}): ECE {100 * a['ece']:.1f} %"
                    + (f"; fields: ECE {100 * f['ece']:.1f} % over {f['count']}" if f["count"] else ""))
+        c = r["calibrated"]
+        if c["applies"]:
+            held = (f"ECE {100 * c['ece_held_out']:.1f} % on answers it was not fitted on ({c['folds']}-fold)"
+                    if c["ece_held_out"] is not None else "too few answers to measure it held out")
+            click.echo(f"  shown calibrated (a map fitted on these {c['count']} answers): {held}")
+        else:
+            click.echo(f"  shown as the model gave it: {c['count']} of the {c['minimum']} answers a calibration needs")
         click.echo(f"  {'confidence':<12} {'answers':>7} {'mean conf':>10} {'right':>7}")
         for b in a["bins"]:
             click.echo(f"  {100 * b['low']:3.0f}-{100 * b['high']:3.0f} %    {b['count']:>7} "
@@ -71,7 +78,8 @@ def eval_command(scenario: str, version: str | None, candidate: str | None, run:
             reports = [a.as_dict() for a in scenario_agreement(session, row, version,
                                                                get_settings().eval_number_tolerance)]
             calibration = [c.as_dict() for c in scenario_calibration(session, row, version,
-                                                                     get_settings().eval_number_tolerance)]
+                                                                     get_settings().eval_number_tolerance,
+                                                                     get_settings().calibration_min_answers)]
     except EvalError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -194,6 +194,12 @@ def result_facets():
 def _result_json(result: Result) -> dict:
     analysis = result.analysis
     data = row_dict(analysis, result, analysis.video, analysis.scenario)
+    # The model's confidence as its adapter version's calibration map shows it (issue 61).
+    from vidlora.feedback.calibration import calibrated_confidence
+
+    settings = get_settings()
+    data["calibrated_confidence"] = calibrated_confidence(get_db(), result, settings.eval_number_tolerance,
+                                                          settings.calibration_min_answers)
     data["review_version"] = result.review_version
     data["reviews"] = [{
         "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
@@ -365,8 +371,9 @@ def calibration(name: str):
 
     session = get_db()
     scenario = _scenario_or_404(name)
+    settings = get_settings()
     reports = scenario_calibration(session, scenario, request.args.get("version") or None,
-                                   get_settings().eval_number_tolerance)
+                                   settings.eval_number_tolerance, settings.calibration_min_answers)
     return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
 
 

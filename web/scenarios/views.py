@@ -31,7 +31,9 @@ def index():
         window = "24h"
     tolerance = get_settings().eval_number_tolerance
     agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
-    calibration = {s.id: scenario_calibration(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
+    minimum = get_settings().calibration_min_answers
+    calibration = {s.id: scenario_calibration(session, s, None, tolerance, minimum)[:VERSIONS_SHOWN]
+                   for s in scenarios}
     gold = {s.id: gold_count(session, s.id) for s in scenarios}
     # Each candidate version beside the stored answers on the gold set, once it has answered it,
     # and whether promote would serve it (vidlora.feedback.gate).
