@@ -66,6 +66,31 @@ def test_videos_a_two_frame_split_would_size_otherwise_are_refused_with_the_reas
     assert VideoGeometry.of_model(tiny_model() / "no-such-model") is None
 
 
+def test_the_recipe_continues_a_plain_lora_of_the_served_model_and_says_why_it_cannot_otherwise(tmp_path):
+    from demo_model import ADAPTERS, BASE
+    from vidlora.feedback.llamafactory import continuable
+
+    served = ADAPTERS / "tomb_structure"
+    config = json.loads((served / "adapter_config.json").read_text())
+    keys, why = continuable(served, str(BASE))
+    assert why is None and keys == {"adapter_name_or_path": str(served.resolve()), "lora_rank": config["r"],
+                                    "lora_alpha": config["lora_alpha"],
+                                    "lora_target": ",".join(sorted(config["target_modules"]))}
+
+    def variant(name: str, **change) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        return folder
+
+    assert "uses DoRA" in continuable(variant("dora", use_dora=True), str(BASE))[1]
+    assert "trained on /models/other-vl" in continuable(variant("other", base_model_name_or_path="/models/other-vl"),
+                                                        str(BASE))[1]
+    assert "not a LoRA" in continuable(variant("ia3", peft_type="IA3"), str(BASE))[1]
+    assert "cannot be read" in continuable(tmp_path / "missing", str(BASE))[1]
+    assert continuable(None, str(BASE)) == (None, "the scenario serves no adapter")
+
+
 def write_frames(result_id: int, timestamps: list[float], sizes: list[tuple[int, int]]) -> None:
     """Noise JPEGs in the media store as the result's frame set (noise: a resize would show)."""
     from vidlora.config import get_settings
