@@ -121,13 +121,23 @@ def main() -> None:
                          "set's confidence is also calibrated by the map fitted on the other")
     ap.add_argument("--batch", type=int, default=64, help="requests per engine batch")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--from-rows", type=Path, default=None,
-                    help="recompute the report from a run's answers (var/bench/review-priority/rows.json)")
+    ap.add_argument("--from-rows", type=Path, nargs="+", default=None,
+                    help="recompute the report from runs' answers instead of answering scenes: their results "
+                         "JSON (bench/results/review_priority*.json) or var/bench/review-priority/rows.json")
     args = ap.parse_args()
     t0 = time.perf_counter()
     if args.from_rows:
-        saved = json.loads(args.from_rows.read_text())
-        summarise(args, saved["rows"], saved["generate_s"], t0)
+        rows, gen_s, made_by = [], 0.0, []
+        for path in args.from_rows:
+            saved = json.loads(path.read_text())
+            first = min(r["seed"] for r in saved["rows"])
+            # Results written before issue 61 hold one seed base per file, its first seed.
+            rows += [{**r, "seed_base": r.get("seed_base", first)} for r in saved["rows"]]
+            gen_s += saved["generate_s"]
+            made_by.append(saved.get("command") or str(path))
+        args.seed_base = sorted({r["seed_base"] for r in rows})
+        args.made_by = made_by
+        summarise(args, rows, gen_s, t0)
     else:
         rows, gen_s = answer_scenes(args)
         summarise(args, rows, gen_s, t0)
@@ -207,8 +217,10 @@ def summarise(args, rows: list[dict], gen_s: float, t0: float) -> None:
     summary = {
         "what": "review queue least certain first, demo model on fresh harder scenes (issue 51); the shown "
                 "confidence calibrated per adapter on the other seed base's answers (issue 61)",
-        "command": f"python bench/review_priority.py --per-kind {args.per_kind} --seed-base "
-                   + " ".join(map(str, args.seed_base)),
+        "command": (f"python bench/review_priority.py --from-rows {' '.join(map(str, args.from_rows))}"
+                    if args.from_rows else f"python bench/review_priority.py --per-kind {args.per_kind} --seed-base "
+                    + " ".join(map(str, args.seed_base))),
+        "answers_from": getattr(args, "made_by", None),
         "device": platform.processor() or platform.machine(), "engine": "vLLM CPU, EngineHost (the GPU worker's)",
         "scenes": len(rows), "without_confidence": unknown, "generate_s": round(gen_s, 1),
         "total_s": round(time.perf_counter() - t0, 1),
@@ -283,7 +295,8 @@ def report(s: dict, rows: list[dict]) -> str:
     lines = [
         "# Review priority: the model's doubts first (issues 51, 61)", "",
         f"Command: `{s['command']}` ({s['engine']}, {s['device']}; {s['generate_s']} s of generation, "
-        f"{s['total_s']} s in all).", "",
+        f"{s['total_s']} s in all)" + (f"; the answers were made by {', '.join(f'`{c}`' for c in s['answers_from'])}"
+                                        if s.get("answers_from") else "") + ".", "",
         f"{s['scenes']} fresh scenes (seeds from the command, above `scenes.FRESH_SEEDS`), a third of each kind, "
         "each at a difficulty drawn from its seed: " + "; ".join(
             f"**{k}** ({WEIGHTS[k]:.0%} of scenes) noise ±{v['noise']}, occluder {v['occlusion']:.0%} of the frame, tombs of up to "
