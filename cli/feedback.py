@@ -40,6 +40,13 @@ def print_calibration(scenario: str, reports: list[dict]) -> None:
         click.echo(f"{scenario}  adapter version {r['version'] or 'none'}: calibration of {a['count']} answers "
                    f"({sources}): ECE {100 * a['ece']:.1f} %"
                    + (f"; fields: ECE {100 * f['ece']:.1f} % over {f['count']}" if f["count"] else ""))
+        c = r["calibrated"]
+        if c["applies"]:
+            held = (f"ECE {100 * c['ece_held_out']:.1f} % on answers it was not fitted on ({c['folds']}-fold)"
+                    if c["ece_held_out"] is not None else "too few answers to measure it held out")
+            click.echo(f"  shown calibrated (a map fitted on these {c['count']} answers): {held}")
+        else:
+            click.echo(f"  shown as the model gave it: {c['count']} of the {c['minimum']} answers a calibration needs")
         click.echo(f"  {'confidence':<12} {'answers':>7} {'mean conf':>10} {'right':>7}")
         for b in a["bins"]:
             click.echo(f"  {100 * b['low']:3.0f}-{100 * b['high']:3.0f} %    {b['count']:>7} "
@@ -71,7 +78,8 @@ def eval_command(scenario: str, version: str | None, candidate: str | None, run:
             reports = [a.as_dict() for a in scenario_agreement(session, row, version,
                                                                get_settings().eval_number_tolerance)]
             calibration = [c.as_dict() for c in scenario_calibration(session, row, version,
-                                                                     get_settings().eval_number_tolerance)]
+                                                                     get_settings().eval_number_tolerance,
+                                                                     get_settings().calibration_min_answers)]
     except EvalError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -83,7 +91,7 @@ def eval_command(scenario: str, version: str | None, candidate: str | None, run:
 
 def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     from cli.releases import gold_run, scenario_session
-    from vidlora.feedback.compare import compare
+    from vidlora.feedback.gate import check
     from vidlora.feedback.releases import find_release
 
     with scenario_session(scenario) as (session, row):
@@ -92,7 +100,8 @@ def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     if run or not ran:
         gold_run(release_id, scenario, version, err=as_json)
     with scenario_session(scenario) as (session, row):
-        report = compare(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
+        report, verdict = check(session, row, find_release(session, row, version), get_settings().eval_number_tolerance)
+    report = {**report, **verdict.as_dict()}
     if as_json:
         click.echo(json.dumps(report, indent=2, ensure_ascii=False))
         return
@@ -102,11 +111,14 @@ def _compare(scenario: str, candidate: str, run: bool, as_json: bool) -> None:
     click.echo(f"  {'whole answers right':<32} stored {_pct(right['stored'])}   candidate {_pct(right['candidate'])}")
     for f in report["fields"]:
         click.echo(f"  {f['field']:<32} stored {_pct(f['stored'])}   candidate {_pct(f['candidate'])}")
+    click.echo(f"  candidate {verdict.gold_run.words()}")
     click.echo(f"  {len(report['changed'])} answer(s) changed")
     for c in report["changed"]:
+        mine = f"no answer ({c['why']})" if c["why"] else json.dumps(c["candidate"], ensure_ascii=False)
         click.echo(f"  result {c['result_id']} {c['video']}\n    stored:    {json.dumps(c['stored'], ensure_ascii=False)}"
-                   f"\n    candidate: {json.dumps(c['candidate'], ensure_ascii=False)}"
+                   f"\n    candidate: {mine}"
                    f"\n    reviewed:  {json.dumps(c['reviewed'], ensure_ascii=False)}")
+    click.echo(f"  promote: {'would serve it' if verdict.ok else 'refuses: ' + '; '.join(verdict.blockers)}")
 
 
 def _since(value: str | None) -> datetime | None:
@@ -142,6 +154,8 @@ def _export(scenario: str, out: Path, selection, model: str | None = None) -> No
         left = "".join(f"; left out: {n} {why}" for why, n in factory["skipped"].items())
         click.echo(f"LLaMA-Factory {factory['version']}: {factory['examples']} example(s) in {factory['file']}{left}; "
                    f"train with: llamafactory-cli train {out / factory['recipe']}")
+        click.echo(f"the recipe continues the serving adapter {factory['continues']}" if factory["continues"]
+                   else f"the recipe trains a fresh LoRA: {factory['fresh_lora_why']}")
 
 
 @click.command("export-training")

@@ -64,22 +64,40 @@ def gold_run(release_id: int, scenario: str, version: str, err: bool = False) ->
     # Set before vLLM is first imported, which reads it once.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from tasks.gold_run import run_candidate
+    from vidlora.feedback.gate import check
+    from vidlora.models import AdapterRelease
 
-    answered = run_candidate(release_id, get_settings())
-    click.echo(f"{scenario}: candidate {version} answered {answered} gold video(s); "
+    run_candidate(release_id, get_settings())
+    with scenario_session(scenario) as (session, row):
+        _, verdict = check(session, row, session.get(AdapterRelease, release_id), get_settings().eval_number_tolerance)
+    click.echo(f"{scenario}: candidate {version} {verdict.gold_run.words()}; "
                f"compare with: vidlora eval {scenario} --compare {version[:12]}", err=err)
+    if not verdict.ok:
+        click.echo(f"{scenario}: promote would refuse it: {'; '.join(verdict.blockers)}", err=True)
 
 
 @click.command("promote")
 @click.argument("scenario")
 @click.argument("version")
-def promote_command(scenario: str, version: str) -> None:
-    """Serve adapter VERSION (or a unique prefix) for SCENARIO's new analyses."""
-    from vidlora.feedback.releases import promote
+@click.option("--force", is_flag=True, help="Serve it even though its gold run says it should not (needs --reason).")
+@click.option("--reason", default=None, help="With --force: why (kept with the version, shown by `versions`).")
+def promote_command(scenario: str, version: str, force: bool, reason: str | None) -> None:
+    """Serve adapter VERSION (or a unique prefix) for SCENARIO's new analyses, once its gold run
+    shows it answers every gold video (no refusal, no error) and is not worse than the serving
+    version beyond the gold set's interval."""
+    from vidlora.feedback.gate import promote_checked
 
+    if force and not (reason or "").strip():
+        raise click.BadParameter('say why with --reason "..." (it is kept with the version)', param_hint="--force")
+    if reason and not force:
+        raise click.BadParameter("--reason goes with --force", param_hint="--reason")
     with scenario_session(scenario) as (session, row):
-        release = promote(session, row, version)
+        release = promote_checked(session, row, version, get_settings().eval_number_tolerance,
+                                  reason if force else None)
         click.echo(f"{scenario}: now serving adapter version {release.version} (results keep the version that made them)")
+        if release.forced_reason:
+            click.echo(f"{scenario}: forced over the gold-set check ({release.forced_over}); "
+                       f"reason kept: {release.forced_reason}", err=True)
 
 
 @click.command("rollback")
@@ -97,11 +115,20 @@ def rollback_command(scenario: str) -> None:
 @click.argument("scenario")
 def versions_command(scenario: str) -> None:
     """SCENARIO's registered adapter versions, newest first."""
+    from vidlora.feedback.gate import check
     from vidlora.feedback.releases import releases
     from vidlora.results.rows import iso_utc, shown_name
 
+    tolerance = get_settings().eval_number_tolerance
     with scenario_session(scenario) as (session, row):
         for r in releases(session, row):
             gold = f"gold run {iso_utc(r.gold_run_at)}" if r.gold_run_at else "no gold run"
             click.echo(f"{r.version}  {r.status:<9}  {shown_name(r.path)}  {gold}  {r.note or ''}".rstrip())
+            _, verdict = check(session, row, r, tolerance)
+            if r.gold_run_at:
+                click.echo(f"    {verdict.gold_run.words()}")
+            if r.status == "candidate":
+                click.echo("    promote: " + ("would serve it" if verdict.ok else "refuses: " + "; ".join(verdict.blockers)))
+            if r.forced_reason:
+                click.echo(f"    promoted by force over: {r.forced_over}\n    reason: {r.forced_reason}")
         click.echo(f"serving: {row.adapter_version or 'no adapter'}")

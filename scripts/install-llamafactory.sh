@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LLaMA-Factory's own environment, for the CI check that its dataset loading turns an export
-# into the engine's prompt tokens (tests/vidlora/feedback/test_llamafactory_recipe.py).
+# into the engine's prompt tokens (tests/vidlora/feedback/test_llamafactory.py).
 # LLaMA-Factory 0.9.5 pins transformers <= 5.6.0 while the engine runs a newer one, so it gets a
 # venv of its own: requirements/llamafactory.txt (hashed, no resolution at install time) over
 # .venv's packages for the rest (torch, numpy, pillow, pyarrow): a .pth file puts .venv's

@@ -169,6 +169,9 @@ class Settings(BaseSettings):
     # A number in a structured answer counts as right within this share of its schema range
     # (confidence in 0..1: +-0.05), or of the reviewed value where the schema gives no range.
     eval_number_tolerance: float = 0.05
+    # An adapter version's confidence is shown calibrated (vidlora.feedback.calibration) once
+    # this many of its answers with a confidence were reviewed or answered the gold set.
+    calibration_min_answers: int = 50
 
     # -- web ---------------------------------------------------------------------------
     secret_key: str = ""  # must be set outside development; see web.create_app

@@ -490,5 +490,9 @@ class AdapterRelease(Base):
     gold_run_at: Mapped[datetime | None] = mapped_column(Timestamp)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     promoted_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    # A promotion the gold-set check refused and a person forced (vidlora.feedback.gate): why
+    # they did, and what the check had said, kept for whoever asks later why this version served.
+    forced_reason: Mapped[str | None] = mapped_column(Text)
+    forced_over: Mapped[str | None] = mapped_column(Text)
 
     scenario: Mapped[Scenario] = relationship()

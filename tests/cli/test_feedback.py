@@ -201,3 +201,20 @@ def test_register_takes_the_folder_a_trainer_just_wrote_as_the_readme_types_it(d
     missing = subprocess.run([sys.executable, "-m", "cli", "scenarios", "register", scenario, "v3", "--no-gold-run"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "not an adapter folder" in missing.stderr
+
+
+def test_an_edit_within_the_number_tolerance_leaves_the_answer_right_as_a_gold_answer_does(database):
+    """One rule for right and wrong (issue 61): a reviewer who nudges a confidence by 0.01 (within
+    VIDLORA_EVAL_NUMBER_TOLERANCE of its 0..1 range) did not find the answer wrong, in calibration
+    as in agreement's field accuracy and the gold comparison; a real correction did."""
+    nudged = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.81}]}
+    seeded = seed_structured([BRONZE] * 2, confidences=[{"sealed": 0.9, "finds": 0.9}] * 2)
+    review(seeded.result_ids[0], "edit", fields=nudged, version="v1-tol")
+    review(seeded.result_ids[1], "edit", fields=JADE, version="v1-tol")
+    out = vidlora("eval", seeded.scenario, "--json")
+    assert out.returncode == 0, out.stderr
+    [version] = json.loads(out.stdout)["versions"]
+    assert next(f for f in version["fields"] if f["field"] == "finds.confidence")["right"] == 2
+    [calibration] = json.loads(out.stdout)["calibration"]
+    assert (calibration["answers"]["count"], calibration["answers"]["right"]) == (2, 1)
+    assert calibration["fields"]["right"] == 3  # sealed twice, finds once (the nudge); the jade finds wrong

@@ -135,6 +135,24 @@ def score_field(spec: FieldSpec, model: Any, reviewed: Any, relative: float) -> 
     return correct, compared
 
 
+def answer_right(specs: list[FieldSpec], model: Any, reviewed: Any, relative: float,
+                 text: str | None = None, reviewed_text: str | None = None) -> bool:
+    """Whether an answer is right against the reviewed one: the one rule agreement, calibration
+    and the gold comparison share, whoever gave the reviewed answer (a reviewer's edit or a gold
+    answer). Structured: every field right (a number within the tolerance counts, wherever the
+    reviewed value came from); free text: the same after normalising. No reviewed answer (a
+    rejection) or no answer: wrong."""
+    if not specs:
+        return text is not None and reviewed_text is not None and normalise_text(text) == normalise_text(reviewed_text)
+    if model is None or reviewed is None:
+        return False
+    for spec in specs:
+        right, compared = score_field(spec, model, reviewed, relative)
+        if right != compared:
+            return False
+    return True
+
+
 # -- a version -----------------------------------------------------------------------------
 
 

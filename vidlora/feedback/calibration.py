@@ -3,29 +3,41 @@
 Each reviewed answer with a confidence (``vidlora.results.confidence``) is one point: the
 confidence, and whether the answer was right.
 
-- **Reviews**: approved unchanged = right; edited, rejected, or approved with a correction =
-  wrong. Per top-level field: an approved or edited answer's field is right when the reviewed
-  answer kept it (the same rules as agreement: exact choices, a tolerance for numbers,
-  normalised text); a rejected answer says nothing about which field was wrong, so its fields
-  are left out.
+- **Reviews**: the model's answer against the one the review left, by the rule agreement and
+  the gold comparison use (``agreement.answer_right``: exact choices, a tolerance for numbers,
+  normalised text), so an edit within the number tolerance leaves the answer right, as a gold
+  answer within it does; a rejected answer is wrong. Per top-level field: an approved or
+  edited answer's field is right when the reviewed answer kept it, by the same rule; a
+  rejected answer says nothing about which field was wrong, so its fields are left out.
 - **The gold set**: a candidate version's answers on the gold videos (``vidlora eval
   --compare``) against the reviewed gold answers, the same way.
 
 Points fall in equal-width bins of confidence; each bin's accuracy beside its mean confidence
 is the reliability table, and the expected calibration error (ECE) is the bins' gap weighted
 by their share of points: 0 is a model whose "80 %" is right 80 % of the time.
+
+The map (issue 61): the model's own confidence orders the review queue well but is
+over-confident. Each adapter version gets a map from it to the share of answers like it that
+were right, fitted on the version's points above: isotonic regression (pool adjacent
+violators), so the map never reverses the queue's order, each pooled block's rate shrunk by one
+pseudo-answer towards its mean raw confidence (a block of 3 answers does not say "100 %").
+Below ``VIDLORA_CALIBRATION_MIN_ANSWERS`` points a version has no map and its confidence is shown
+as the model gave it. The map is fitted from the points whenever it is asked for, so every
+new review refits it; its error is measured on answers it was not fitted on (k-fold).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import score_field
+from vidlora.feedback.agreement import answer_right, score_field
 from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_answer
 from vidlora.lifecycle import ReviewState
@@ -78,16 +90,100 @@ def reliability(points: Iterable[tuple[float, bool]], bins: int = BINS) -> Relia
     return Reliability(n, sum(r for g in groups for _, r in g), ece if n else None, out)
 
 
+FOLDS = 5  # held-out error of a map: fitted on 4 fifths, measured on the fifth left
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """A non-decreasing piecewise-linear map from raw to calibrated confidence."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    count: int  # the points it was fitted on
+
+    def __call__(self, confidence: float) -> float:
+        xs, ys = self.xs, self.ys
+        if confidence <= xs[0]:
+            return ys[0]
+        if confidence >= xs[-1]:
+            return ys[-1]
+        i = bisect_right(xs, confidence)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (confidence - x0) / (x1 - x0) if x1 > x0 else y1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": "isotonic", "count": self.count,
+                "knots": [[round(x, 4), round(y, 4)] for x, y in zip(self.xs, self.ys)]}
+
+
+def fit(points: Sequence[tuple[float, bool]], minimum: int) -> Calibrator | None:
+    """The map fitted on (confidence, right) points; None with fewer than ``minimum``."""
+    if len(points) < max(minimum, 1):
+        return None
+    tied: dict[float, list[float]] = {}  # answers of one confidence are one block from the start
+    for conf, right in points:
+        t = tied.setdefault(float(conf), [0.0, 0.0, 0.0])
+        t[0] += bool(right)
+        t[1] += 1
+        t[2] += float(conf)
+    blocks: list[list[float]] = []  # [right, count, sum of confidence]
+    for conf in sorted(tied):
+        blocks.append(list(tied[conf]))
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
+            right_, count, total = blocks.pop()
+            blocks[-1][0] += right_
+            blocks[-1][1] += count
+            blocks[-1][2] += total
+    xs, ys = [], []
+    for right, count, total in blocks:
+        mean = total / count
+        xs.append(mean)
+        ys.append((right + mean) / (count + 1))  # one pseudo-answer at its raw confidence
+    for i in range(1, len(ys)):  # the shrinking can undo the order between blocks: keep it
+        ys[i] = max(ys[i], ys[i - 1])
+    return Calibrator(tuple(xs), tuple(ys), len(points))
+
+
+def held_out(points: Sequence[tuple[float, bool]], minimum: int, folds: int = FOLDS) -> dict[str, Any]:
+    """ECE of the raw confidence and of the calibrated one on answers the map was not fitted
+    on (``folds``-fold, answers dealt to folds in turn; leave-one-out where a fold's training
+    share would fall under ``minimum``); None after where even that falls under it."""
+    before, n = reliability(points).ece, len(points)
+    if n * (folds - 1) / folds < minimum:
+        folds = n  # too few for k folds of the minimum: leave one out
+    if folds < 2 or n - math.ceil(n / folds) < minimum:
+        return {"ece_before": before, "ece_after": None, "folds": folds}
+    shown = []
+    for k in range(folds):
+        train = [p for i, p in enumerate(points) if i % folds != k]
+        cal = fit(train, minimum)
+        shown += [(cal(c), r) for i, (c, r) in enumerate(points) if i % folds == k]
+    return {"ece_before": before, "ece_after": reliability(shown).ece, "folds": folds}
+
+
 @dataclass
 class Calibration:
     version: str | None
     answers: list[tuple[float, bool]] = field(default_factory=list)
     fields: list[tuple[float, bool]] = field(default_factory=list)
     sources: dict[str, int] = field(default_factory=dict)  # answers per source: reviews, gold
+    minimum: int = 50  # points before the version's confidence is shown calibrated
+
+    def calibrator(self) -> Calibrator | None:
+        return fit(self.answers, self.minimum)
 
     def as_dict(self) -> dict[str, Any]:
+        cal = self.calibrator()
+        checked = held_out(self.answers, self.minimum)
         return {"version": self.version, "sources": dict(self.sources),
-                "answers": reliability(self.answers).as_dict(), "fields": reliability(self.fields).as_dict()}
+                "answers": reliability(self.answers).as_dict(), "fields": reliability(self.fields).as_dict(),
+                "calibrated": {"applies": cal is not None, "minimum": self.minimum, "count": len(self.answers),
+                               "ece_held_out": _r(checked["ece_after"]), "folds": checked["folds"],
+                               "map": cal.as_dict() if cal else None}}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
 
 
 def _field_right(specs: list[FieldSpec], name: str, model: Any, reviewed: Any, relative: float) -> bool | None:
@@ -118,12 +214,12 @@ def _add(cal: Calibration, source: str, specs: list[FieldSpec], confidence: floa
 
 
 def scenario_calibration(session: Session, scenario: Scenario, version: str | None = None,
-                         relative: float = 0.05) -> list[Calibration]:
+                         relative: float = 0.05, minimum: int = 50) -> list[Calibration]:
     """One ``Calibration`` per adapter version with reviewed answers (or gold answers) that have
     a confidence, the newest version first; ``version`` (or a prefix of it) keeps that one."""
     specs = schema_fields(scenario.output_schema)
     stmt = (select(Result.id, Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
-                   Result.confidence)
+                   Result.confidence, Result.text, Result.edited_text)
             .join(Analysis, Analysis.id == Result.analysis_id)
             .where(Analysis.scenario_id == scenario.id, Result.confidence.is_not(None),
                    Result.review_state != ReviewState.UNREVIEWED)
@@ -139,17 +235,18 @@ def scenario_calibration(session: Session, scenario: Scenario, version: str | No
                                                .where(ResultConfidence.result_id.in_(ids[start:start + 1000]))):
             by_field.setdefault(rid, {})[name] = conf
     out: dict[str | None, Calibration] = {}
-    for rid, v, state, parsed, edited, conf in rows:
+    for rid, v, state, parsed, edited, conf, text, edited_text in rows:
         reviewed = reviewed_answer(state, parsed, edited)
-        right = state == ReviewState.APPROVED and (edited is None or edited == parsed)
-        _add(out.setdefault(v, Calibration(v)), "reviews", specs, conf, by_field.get(rid, {}), parsed, reviewed,
+        reviewed_text = None if state == ReviewState.REJECTED else (edited_text if edited_text is not None else text)
+        right = state != ReviewState.REJECTED and answer_right(specs, parsed, reviewed, relative, text, reviewed_text)
+        _add(out.setdefault(v, Calibration(v, minimum=minimum)), "reviews", specs, conf, by_field.get(rid, {}), parsed, reviewed,
              right, relative)
-    _add_gold(session, scenario, specs, version, relative, out)
+    _add_gold(session, scenario, specs, version, relative, out, minimum)
     return list(reversed(out.values()))  # versions in order of their first point: newest last
 
 
 def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], version: str | None, relative: float,
-              out: dict[str | None, Calibration]) -> None:
+              out: dict[str | None, Calibration], minimum: int) -> None:
     """Candidate versions' answers on the gold set, against the reviewed gold answers."""
     releases = session.scalars(select(AdapterRelease).where(AdapterRelease.scenario_id == scenario.id,
                                                             AdapterRelease.gold_answers.is_not(None))
@@ -167,7 +264,18 @@ def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], vers
             if conf.get("answer") is None or reviewed is None or answer.get("parsed") is None:
                 continue
             fields = {k: float(v) for k, v in (conf.get("fields") or {}).items()}
-            right = all(_field_right(specs, k, answer["parsed"], reviewed, relative) is not False
-                        for k in set(answer["parsed"]) | set(reviewed))
-            _add(out.setdefault(release.version, Calibration(release.version)), "gold", specs,
+            right = answer_right(specs, answer["parsed"], reviewed, relative)
+            _add(out.setdefault(release.version, Calibration(release.version, minimum=minimum)), "gold", specs,
                  float(conf["answer"]), fields, answer["parsed"], reviewed, right, relative)
+
+
+def calibrated_confidence(session: Session, result: Result, relative: float, minimum: int) -> float | None:
+    """The result's confidence as its adapter version's map shows it (fitted now, on every
+    reviewed and gold answer of that version); None without a confidence or a map yet."""
+    if result.confidence is None or not result.adapter_version:
+        return None
+    scenario = result.analysis.scenario
+    mine = [c for c in scenario_calibration(session, scenario, result.adapter_version, relative, minimum)
+            if c.version == result.adapter_version]
+    cal = mine[0].calibrator() if mine else None
+    return None if cal is None else round(cal(result.confidence), 4)

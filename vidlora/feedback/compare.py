@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import FieldScore, Rate, normalise_text, score_field
+from vidlora.feedback.agreement import FieldScore, Rate, answer_right, score_field
+from vidlora.feedback.gold_answers import failure, gold_run
 from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_row
 from vidlora.models import AdapterRelease, Result, Scenario
@@ -24,26 +25,24 @@ from vidlora.results.rows import iso_utc
 
 @dataclass
 class Side:
-    """One set of answers on the gold set, scored."""
+    """One set of answers on the gold set, scored. ``scored``: gold videos judged (one without
+    an answer counts as wrong); ``answered``: those with a usable answer."""
 
     right: int = 0
+    scored: int = 0
     answered: int = 0
     fields: list[FieldScore] = field(default_factory=list)
 
 
 def _score(side: Side, specs: list[FieldSpec], answer: Any, reviewed: Any, text: str | None, reviewed_text: str,
            relative: float) -> bool:
-    side.answered += 1
-    if not specs:  # free text: the whole answer, normalised
-        ok = text is not None and normalise_text(text) == normalise_text(reviewed_text)
-    else:
-        ok = answer is not None
-        for score in side.fields:
-            right, compared = score_field(score.spec, answer, reviewed, relative)
-            score.right += right
-            score.compared += compared
-            score.results += compared > 0
-            ok = ok and right == compared
+    side.scored += 1
+    for score in side.fields:
+        right, compared = score_field(score.spec, answer, reviewed, relative)
+        score.right += right
+        score.compared += compared
+        score.results += compared > 0
+    ok = answer_right(specs, answer, reviewed, relative, text, reviewed_text)
     side.right += ok
     return ok
 
@@ -63,10 +62,14 @@ def compare(session: Session, scenario: Scenario, release: AdapterRelease, relat
         mine = answers.get(str(result.id))
         versions[result.adapter_version or "none"] = versions.get(result.adapter_version or "none", 0) + 1
         old_ok = _score(stored, specs, result.parsed, reviewed, result.text, _reviewed_text(result), relative)
+        stored.answered += 1
         if mine is None:
             continue
-        new_ok = _score(candidate, specs, mine.get("parsed"), reviewed, mine.get("text"), _reviewed_text(result),
-                        relative)
+        why = failure(mine, bool(specs))
+        candidate.answered += why is None
+        # An error or an invalid answer is no answer: wrong, whatever text came with it.
+        new_ok = _score(candidate, specs, mine.get("parsed") if why is None else None, reviewed,
+                        mine.get("text") if why is None else None, _reviewed_text(result), relative)
         same = (mine.get("parsed") == result.parsed) if specs else mine.get("text") == result.text
         if not same:
             changed.append({"result_id": result.id, "video": result.analysis.video.original_name,
@@ -75,13 +78,15 @@ def compare(session: Session, scenario: Scenario, release: AdapterRelease, relat
                                           else mine.get("text")),
                             "reviewed": (in_schema_order(reviewed, scenario.output_schema) if specs
                                          else _reviewed_text(result)),
-                            "stored_right": old_ok, "candidate_right": new_ok, "error": mine.get("error")})
+                            "stored_right": old_ok, "candidate_right": new_ok, "error": mine.get("error"),
+                            "why": None if why is None else f"{why[0]}: {why[1]}"})
     return {
         "scenario": scenario.name, "candidate": release.version, "candidate_status": release.status,
         "serving": scenario.adapter_version, "gold": len(gold), "ran_at": iso_utc(release.gold_run_at),
-        "candidate_answered": candidate.answered, "stored_versions": versions,
-        "answers_right": {"stored": Rate(stored.right, stored.answered).as_dict(),
-                          "candidate": Rate(candidate.right, candidate.answered).as_dict()},
+        "candidate_answered": candidate.answered,
+        "gold_run": gold_run(release, gold, bool(specs)).as_dict(), "stored_versions": versions,
+        "answers_right": {"stored": Rate(stored.right, stored.scored).as_dict(),
+                          "candidate": Rate(candidate.right, candidate.scored).as_dict()},
         "fields": [{"field": a.spec.path, "stored": a.as_dict(), "candidate": b.as_dict()}
                    for a, b in zip(stored.fields, candidate.fields)],
         "changed": changed,

@@ -18,7 +18,7 @@ and Qwen3-VL's rope index splits a video of T patches into T one-patch videos an
 One thing the split cannot keep: the video processor sizes a video's frames for the whole
 video (its pixel budget counts frames). Where a 2-frame video would be sized otherwise than
 the whole one (tiny frames, or very long ones), the example is left out of this form, counted
-with its reason. ``tests/vidlora/feedback/test_llamafactory_recipe.py`` runs LLaMA-Factory's
+with its reason. ``tests/vidlora/feedback/test_llamafactory.py`` runs LLaMA-Factory's
 own dataset loading on an export and compares token for token with vLLM's prompt.
 """
 
@@ -42,6 +42,7 @@ VIDEO_TAG = "<video>"
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 PROMPT_MARGIN_TOKENS = 64  # the turns' own tokens (role tags, think block) beyond their text
 LOW_PIXELS = 256  # LLaMA-Factory's video_min_pixels default; the recipe sets it below any frame
+LEARNING_RATE = 2.0e-4
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,39 @@ def text_tokens_at_most(*texts: str) -> int:
     return sum(len(t.encode("utf-8")) for t in texts)
 
 
+# Settings a served LoRA must have for LLaMA-Factory to continue it as the engine serves it.
+_NOT_CONTINUED = {"use_dora": "DoRA", "use_rslora": "rsLoRA", "layers_to_transform": "layers_to_transform",
+                  "modules_to_save": "modules_to_save", "trainable_token_indices": "trainable tokens"}
+
+
+def continuable(adapter: str | Path | None, model: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the recipe's keys to continue the serving adapter, None) or (None, why it starts a fresh
+    LoRA): a plain PEFT LoRA whose base is the served model (or unnamed), with its rank, alpha
+    and target modules, so the next version has the served one's shape and starts from what it
+    already learned (a fresh LoRA's B is zero: a few steps leave it changing next to nothing,
+    which the engine's guard refuses)."""
+    if not adapter:
+        return None, "the scenario serves no adapter"
+    folder = Path(adapter)
+    try:
+        cfg = json.loads((folder / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return None, f"the serving adapter's adapter_config.json cannot be read here ({folder})"
+    if cfg.get("peft_type") != "LORA":
+        return None, f"the serving adapter is {cfg.get('peft_type')!r}, not a LoRA"
+    for key, name in _NOT_CONTINUED.items():
+        if cfg.get(key):
+            return None, f"the serving adapter uses {name}, which the recipe does not continue"
+    base = cfg.get("base_model_name_or_path")
+    if base and Path(base).name != Path(model).name:
+        return None, f"the serving adapter was trained on {base}, not the served model {model}"
+    targets = cfg.get("target_modules")
+    if isinstance(targets, str) or not targets or not isinstance(cfg.get("r"), int):
+        return None, "the serving adapter's rank or target modules are not a plain list"
+    return {"adapter_name_or_path": str(folder.resolve()), "lora_rank": cfg["r"],
+            "lora_alpha": cfg.get("lora_alpha", 2 * cfg["r"]), "lora_target": ",".join(sorted(targets))}, None
+
+
 @dataclass
 class Recipe:
     """What the recipe needs to know of the examples written."""
@@ -136,6 +170,10 @@ class Recipe:
     model: str
     frame_pixels: int = 0  # the largest frame, so LLaMA-Factory never shrinks one
     tokens: int = 0  # the longest example, so LLaMA-Factory never cuts one
+    serving: str | None = None  # the scenario's serving adapter folder: what the recipe continues
+
+    def continues(self) -> tuple[dict[str, Any] | None, str | None]:
+        return continuable(self.serving, self.model)
 
     def note(self, pixels: int, tokens: int) -> None:
         self.frame_pixels = max(self.frame_pixels, pixels)
@@ -144,11 +182,16 @@ class Recipe:
     def config(self, export: Path) -> dict[str, Any]:
         cutoff = max(1024, math.ceil((self.tokens + PROMPT_MARGIN_TOKENS) / 256) * 256)
         local = Path(self.model)
+        # Continue the serving adapter (LLaMA-Factory resumes a LoRA named here, trainable,
+        # unless create_new_adapter): its rank, alpha and targets are written beside it so the
+        # recipe says what it trains; a fresh LoRA otherwise (the manifest says why).
+        lora, _ = self.continues()
         return {
             # A local folder by its full path: the trainer runs from anywhere.
             "model_name_or_path": str(local.resolve()) if local.is_dir() else self.model,
             "trust_remote_code": False,
-            "stage": "sft", "do_train": True, "finetuning_type": "lora", "lora_target": "all",
+            "stage": "sft", "do_train": True, "finetuning_type": "lora",
+            **(lora or {"lora_target": "all"}),
             "dataset_dir": str(export.resolve()), "dataset": self.dataset,
             "template": TEMPLATE, "enable_thinking": False,
             "cutoff_len": cutoff,
@@ -157,7 +200,7 @@ class Recipe:
             "overwrite_cache": True, "preprocessing_num_workers": 4,
             "output_dir": f"adapters/{self.dataset.removeprefix('vidlora_')}-next",
             "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8,
-            "learning_rate": 1.0e-4, "num_train_epochs": 3.0, "lr_scheduler_type": "cosine",
+            "learning_rate": LEARNING_RATE, "num_train_epochs": 3.0, "lr_scheduler_type": "cosine",
             "warmup_ratio": 0.1, "bf16": True, "logging_steps": 10, "save_strategy": "epoch",
             "report_to": "none",
         }
@@ -167,7 +210,9 @@ class Recipe:
                 "# Train: llamafactory-cli train llamafactory.yaml [model_name_or_path=...] [output_dir=...]\n"
                 f"# template {TEMPLATE} + enable_thinking false read {FILE} into exactly the tokens vLLM\n"
                 "# serves; cutoff_len and video_max_pixels are set so that nothing is cut or shrunk.\n"
-                "# Moved the export? dataset_dir=NEW_FOLDER.\n")
+                + ("# It continues the serving adapter (adapter_name_or_path; its rank, alpha, targets).\n"
+                   if self.continues()[0] else f"# A fresh LoRA: {self.continues()[1]}.\n")
+                + "# On a CPU: add bf16=false (bf16 needs a GPU). Moved the export? dataset_dir=NEW_FOLDER.\n")
         (export / RECIPE).write_text(head + yaml.safe_dump(self.config(export), sort_keys=False))
 
 
@@ -175,22 +220,23 @@ class Writer:
     """Writes the form beside the export's ``train.jsonl``, an example at a time; a context
     manager, so its file is closed whatever happens to the export."""
 
-    def __init__(self, out: Path, dataset: str, model: str, geometry: VideoGeometry):
+    def __init__(self, out: Path, dataset: str, model: str, geometry: VideoGeometry, serving: str | None = None):
         self.out, self.geometry = out, geometry
-        self.recipe = Recipe(dataset, model)
+        self.recipe = Recipe(dataset, model, serving=serving)
         self.examples = 0
         self.skipped: dict[str, int] = {}
         self._fh = (out / FILE).open("w", encoding="utf-8")
 
     @classmethod
-    def for_model(cls, out: Path, dataset: str, model: str | None) -> "tuple[Writer | None, str | None]":
+    def for_model(cls, out: Path, dataset: str, model: str | None,
+                  serving: str | None = None) -> "tuple[Writer | None, str | None]":
         """(the writer, None), or (None, why not): the split is checked against the model's
         own video processor settings, so the model folder must be readable here."""
         geometry = VideoGeometry.of_model(model) if model else None
         if geometry is None:
             return None, (f"the model's video processor settings ({model or 'no model'}/video_preprocessor_config.json) "
                           "cannot be read here: export where the model is, or name its folder with --model")
-        return cls(out, dataset, model, geometry), None
+        return cls(out, dataset, model, geometry, serving), None
 
     def __enter__(self) -> "Writer":
         return self
@@ -222,5 +268,7 @@ class Writer:
         """Close the file, write the recipe; the manifest's part."""
         self._fh.close()
         self.recipe.write(self.out)
+        lora, fresh = self.recipe.continues()
         return {"file": FILE, "recipe": RECIPE, "version": VERSION, "template": TEMPLATE,
-                "examples": self.examples, "skipped": self.skipped}
+                "examples": self.examples, "skipped": self.skipped,
+                "continues": lora["adapter_name_or_path"] if lora else None, "fresh_lora_why": fresh}

@@ -87,6 +87,7 @@ def _serve(scenario: Scenario, release: AdapterRelease) -> None:
 
 
 def promote(session: Session, scenario: Scenario, version: str) -> AdapterRelease:
+    """Serve the release (the command checks its gold run first: ``vidlora.feedback.gate``)."""
     release = find_release(session, scenario, version)
     if release.status == ReleaseStatus.SERVING:
         raise ReleaseError(f"{scenario.name} already serves {release.version}")

@@ -145,7 +145,7 @@ def write_training_set(session: Session, scenario: Scenario, out: Path, media_ro
         written.skipped[reason] = written.skipped.get(reason, 0) + 1
 
     name = f"vidlora_{scenario.name}{'_gold' if sel.gold_only else ''}"
-    factory, no_factory = llamafactory.Writer.for_model(out, name, model)
+    factory, no_factory = llamafactory.Writer.for_model(out, name, model, scenario.adapter_path)
     with (out / TRAIN_FILE).open("w", encoding="utf-8") as fh, factory or nullcontext():
         for result in _results(session, scenario, sel):
             when = reviewed_at(result)

@@ -134,7 +134,13 @@ SCHEMAS["Calibration"] = {"type": "object", "properties": {
     "version": {"type": "string", "nullable": True},
     "sources": {"type": "object", "additionalProperties": {"type": "integer"},
                 "description": "Answers per source: reviews, gold"},
-    "answers": _RELIABILITY, "fields": _RELIABILITY}}
+    "answers": _RELIABILITY, "fields": _RELIABILITY,
+    "calibrated": {"type": "object", "description": "The version's calibration map (isotonic, refitted on every "
+                   "review): whether it applies yet, the answers it needs, its error on answers it was not fitted on",
+                   "properties": {"applies": {"type": "boolean"}, "minimum": {"type": "integer"},
+                                  "count": {"type": "integer"}, "folds": {"type": "integer"},
+                                  "ece_held_out": {"type": "number", "nullable": True},
+                                  "map": {"type": "object", "nullable": True}}}}}
 SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
     "type": "number", "nullable": True, "minimum": 0, "maximum": 1,
     "description": "How sure the model was of the answer: its least certain field's confidence; null: unknown"}
@@ -145,6 +151,10 @@ SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {
     "review_version": {"type": "integer", "description": "Moves on with every review (the ETag)"},
+    "calibrated_confidence": {"type": "number", "nullable": True, "minimum": 0, "maximum": 1,
+                              "description": "model_confidence through its adapter version's calibration map: "
+                                             "how often answers like it were right; null until the version has "
+                                             "VIDLORA_CALIBRATION_MIN_ANSWERS reviewed answers with a confidence"},
     "reviews": {"type": "array", "items": _ref("Review")}}}]}
 SCHEMAS["Conflict"] = {"allOf": [_ref("Error"), {"type": "object", "properties": {
     "etag": {"type": "string"}, "your_version": {"type": "integer"}, "review_version": {"type": "integer"},
@@ -396,7 +406,17 @@ def openapi_document(scenario_names: list[str] | None = None) -> dict[str, Any]:
                         "created_at": {"type": "string", "nullable": True},
                         "promoted_at": {"type": "string", "nullable": True},
                         "gold_run_at": {"type": "string", "nullable": True},
-                        "comparison": {"type": "object", "nullable": True}}}}}}),
+                        "comparison": {"type": "object", "nullable": True},
+                        "promotable": {"type": "boolean",
+                                       "description": "Whether `vidlora scenarios promote` would serve it"},
+                        "blockers": {"type": "array", "items": {"type": "string"},
+                                     "description": "Why promote refuses it, in words"},
+                        "gold_run": {"type": "object", "description": "Its gold run: answered, refused, errors, "
+                                                                      "reasons, and a summary in words"},
+                        "forced_reason": {"type": "string", "nullable": True,
+                                          "description": "Why it was promoted over a refusal (--force --reason)"},
+                        "forced_over": {"type": "string", "nullable": True,
+                                        "description": "What the check said when it was forced"}}}}}}),
                     **ERRORS, **NOT_FOUND}}},
             "/scenarios/{name}/gold": {"get": {
                 "summary": "The scenario's gold set: reviewed results held out of training",

@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from vidlora.config import get_settings
-from vidlora.feedback.compare import compare
+from vidlora.feedback.gate import check
 from vidlora.feedback.gold import GoldError, gold_results, set_gold
 from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_error
 from vidlora.feedback.releases import releases
@@ -195,6 +195,12 @@ def result_facets():
 def _result_json(result: Result) -> dict:
     analysis = result.analysis
     data = row_dict(analysis, result, analysis.video, analysis.scenario)
+    # The model's confidence as its adapter version's calibration map shows it (issue 61).
+    from vidlora.feedback.calibration import calibrated_confidence
+
+    settings = get_settings()
+    data["calibrated_confidence"] = calibrated_confidence(get_db(), result, settings.eval_number_tolerance,
+                                                          settings.calibration_min_answers)
     data["review_version"] = result.review_version
     data["reviews"] = [{
         "id": r.id, "action": r.action, "user": r.user.username if r.user else None,
@@ -365,8 +371,9 @@ def calibration(name: str):
 
     session = get_db()
     scenario = _scenario_or_404(name)
+    settings = get_settings()
     reports = scenario_calibration(session, scenario, request.args.get("version") or None,
-                                   get_settings().eval_number_tolerance)
+                                   settings.eval_number_tolerance, settings.calibration_min_answers)
     return jsonify(scenario=scenario.name, versions=[r.as_dict() for r in reports])
 
 
@@ -385,9 +392,11 @@ def versions(name: str):
     session = get_db()
     scenario = _scenario_or_404(name)
     tolerance = get_settings().eval_number_tolerance
+    checked = [(r, *check(session, scenario, r, tolerance)) for r in releases(session, scenario)]
     return jsonify(scenario=scenario.name, serving=scenario.adapter_version, versions=[{
         "version": r.version, "status": r.status, "adapter": shown_name(r.path), "note": r.note,
         "created_at": iso_utc(r.created_at), "promoted_at": iso_utc(r.promoted_at),
-        "gold_run_at": iso_utc(r.gold_run_at),
-        "comparison": compare(session, scenario, r, tolerance) if r.gold_run_at else None,
-    } for r in releases(session, scenario)])
+        "gold_run_at": iso_utc(r.gold_run_at), "comparison": report,
+        "promotable": verdict.ok, "blockers": verdict.blockers, "gold_run": verdict.gold_run.as_dict(),
+        "forced_reason": r.forced_reason, "forced_over": r.forced_over,
+    } for r, report, verdict in checked])

@@ -4,7 +4,7 @@ from flask import abort, render_template, request
 from sqlalchemy import select
 
 from vidlora.config import get_settings
-from vidlora.feedback.compare import compare
+from vidlora.feedback.gate import check
 from vidlora.feedback.gold import gold_count, gold_results
 from vidlora.feedback.releases import releases
 from vidlora.feedback.calibration import scenario_calibration
@@ -31,10 +31,13 @@ def index():
         window = "24h"
     tolerance = get_settings().eval_number_tolerance
     agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
-    calibration = {s.id: scenario_calibration(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
+    minimum = get_settings().calibration_min_answers
+    calibration = {s.id: scenario_calibration(session, s, None, tolerance, minimum)[:VERSIONS_SHOWN]
+                   for s in scenarios}
     gold = {s.id: gold_count(session, s.id) for s in scenarios}
-    # Each candidate version beside the stored answers on the gold set, once it has answered it.
-    candidates = {s.id: [(r, compare(session, s, r, tolerance) if r.gold_run_at else None)
+    # Each candidate version beside the stored answers on the gold set, once it has answered it,
+    # and whether promote would serve it (vidlora.feedback.gate).
+    candidates = {s.id: [(r, *check(session, s, r, tolerance))
                          for r in releases(session, s) if r.status == "candidate"] for s in scenarios}
     return render_template("scenarios/index.html", scenarios=scenarios, workers=workers, holders=holders(workers),
                            latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS,

@@ -131,7 +131,7 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     assert trained["examples"] == 3 and len(trained["losses"]) == 3
 
     out = cli(env, "cli", "scenarios", "register", SCENARIO, str(v2_dir), "--note", "3 steps on the December reviews")
-    assert "registered as a candidate" in out.stdout and "answered 2 gold video(s)" in out.stdout
+    assert "registered as a candidate" in out.stdout and "answered 2 of 2 gold videos" in out.stdout
     v2 = out.stdout.split("adapter version ")[1].split()[0]
     assert v2 != v1
 
@@ -158,6 +158,25 @@ def test_reviewed_answers_train_a_candidate_that_is_compared_then_promoted(loop,
     chambers = next(f for f in worse["fields"] if f["field"] == "chamber_count")
     assert chambers["candidate"]["right"] < chambers["stored"]["right"] == 2, chambers
     assert worse["answers_right"]["candidate"]["count"] < worse["answers_right"]["stored"]["count"]
+
+    # A candidate the engine refuses (issue 61): v1 with its B matrices scaled to nothing loads
+    # and changes nothing. register says so in words, not as answers; promote refuses it.
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    noop = work / "tomb_noop"
+    shutil.copytree(ROOT / "demo_model" / "weights" / "adapters" / "tomb_structure", noop)
+    weights = load_file(noop / "adapter_model.safetensors")
+    save_file({k: v * 1e-9 if "lora_B" in k else v for k, v in weights.items()}, noop / "adapter_model.safetensors")
+    out = cli(env, "cli", "scenarios", "register", SCENARIO, str(noop))
+    assert "answered 0 of 2 gold videos; 2 refused: adapter changes nothing" in out.stdout, out.stdout
+    assert "promote would refuse it" in out.stderr
+    nothing = out.stdout.split("adapter version ")[1].split()[0]
+    refused = subprocess.run([sys.executable, "-m", "cli", "scenarios", "promote", SCENARIO, nothing[:12]], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 1 and "2 refused: adapter changes nothing" in refused.stderr, refused.stderr
 
     cli(env, "cli", "scenarios", "promote", SCENARIO, v2[:12])
     fresh = scenes.generate("tomb", [scenes.FRESH_SEEDS + 790], corpus_dir / "loop-after")
