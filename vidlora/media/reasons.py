@@ -86,6 +86,30 @@ def damaged(bad: int, sampled: int, at: list[float]) -> str:
             f"frame nearby (at {where}). Upload an undamaged copy.")
 
 
+def _spans(at: list[float]) -> str:
+    """Sorted instants as runs: "3.6-4 s, 7.2 s" (neighbours within a second join a run)."""
+    runs: list[list[float]] = []
+    for t in sorted(at):
+        if runs and t - runs[-1][1] <= 1.0:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    shown = [f"{a:g}-{b:g} s" if b > a else f"{a:g} s" for a, b in runs[:3]]
+    return ", ".join(shown) + (" and elsewhere" if len(runs) > 3 else "")
+
+
+def replaced_damaged(moved: int, at: list[float]) -> str:
+    """The frame set's note when sampled frames fell where the file lost data."""
+    frames = "frame there was" if moved == 1 else "frames there were"
+    return (f"the file is damaged at {_spans(at)} (data lost in recording or copying): {moved} sampled "
+            f"{frames} replaced by the nearest clean frame, each shown with its own time")
+
+
+def damaged_in_places(at: list[float]) -> str:
+    return (f"damaged video: the file lost data at {_spans(at)} (in recording or copying), and the sampled "
+            "frames around it do not decode. Upload an undamaged copy.")
+
+
 def window_after_end(start: float, duration: float) -> str:
     return (f"sampling window starts at {start:g} s, after the video ends ({duration:g} s). "
             "Change the scenario's start_s.")
