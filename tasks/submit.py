@@ -13,6 +13,7 @@ from vidlora.batches import BatchError, create_batch, park_file, park_stream, re
 from vidlora.config import get_settings
 from vidlora.db import session_scope
 from vidlora.ingest.kinds import Kind
+from vidlora.ingest.settle import changing
 from vidlora.ingest.sources import expand_paths
 from vidlora.lifecycle import ItemStatus
 
@@ -30,13 +31,19 @@ def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str
     upload_ids: list[int] = []
     with session_scope() as session:
         batch = create_batch(session, name, source, scenarios, created_by)
-        for item in expand_paths(paths, settings):
+        items = list(expand_paths(paths, settings))
+        busy = changing([i.path for i in items if i.kind != Kind.OTHER], settings.ingest_settle_s)
+        for item in items:
             if item.kind == Kind.OTHER:
                 record_member(session, batch.id, item.name, ItemStatus.SKIPPED, item.reason, None, settings.media_root)
                 continue
+            if item.path in busy:
+                record_member(session, batch.id, item.name, ItemStatus.REJECTED, busy[item.path], None,
+                              settings.media_root)
+                continue
             upload_ids.append(park_file(session, settings, batch, item.path, item.name).id)
         if not upload_ids:
-            raise BatchError("no video or archive found in the given paths")
+            raise BatchError(next(iter(busy.values())) if busy else "no video or archive found in the given paths")
         batch_id = batch.id
     _send_ingest(upload_ids)
     return batch_id, len(upload_ids)

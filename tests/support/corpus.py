@@ -380,7 +380,8 @@ def round2_videos(cache_dir: Path) -> dict[str, Path]:
 ROUND3_S = 4  # 176x144, 25 fps, frame-coded
 DROPOUT_AT_S = 2.8  # where the transport stream loses packets: inside its second GOP (2..4 s)
 DROPOUT_PACKETS = 14
-OPEN_GOP_CUT_S = 1.5  # the cut lands on the source's keyframe at 1 s: frames 25.. are kept
+OPEN_GOP_CUT_S = 1.5  # ffmpeg's stream-copy cut lands on a keyframe: source frame 50 comes first
+OPEN_GOP_CUT_FRAMES = 50  # the frame code of the cut file's first frame
 
 
 def _round3_recipes() -> dict[str, tuple[str, list[list[str]]]]:
