@@ -136,7 +136,7 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
         nonlocal chosen, picks, damage_note
         chosen, moved, lost = clean_picks(targets_at, unclean, floor, end)
         if lost:
-            raise BadVideo(reasons.damaged(len(lost), len(chosen), [round(times[i], 2) for i in lost[:3]]))
+            raise BadVideo(reasons.damaged_stretch(len(lost), len(chosen), [round(times[i], 2) for i in sorted(unclean)]))
         damage_note = reasons.replaced_damaged(moved, [round(times[i], 2) for i in sorted(unclean)]) if moved else None
         picks = sorted(set(chosen))
 
@@ -181,7 +181,8 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
             if att.damaged:
                 # Another backend would decode the same damaged data, maybe without saying so.
                 worst = [round(times[i], 2) for i in sorted(att.damaged)[:3]]
-                raise BadVideo(reasons.damaged(len(att.damaged), len(picks), worst))
+                bad = sum(1 for i in chosen if i in set(att.damaged))
+                raise BadVideo(reasons.damaged(bad, len(chosen), worst))
             delivered = _delivered(att.pts, picks, table, att.replaced, floor) if att.ok else None
             if att.ok and delivered is None:
                 att = _Attempt(False, error="delivered frames with other timestamps than asked for")

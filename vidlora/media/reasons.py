@@ -105,6 +105,11 @@ def replaced_damaged(moved: int, at: list[float]) -> str:
             f"{frames} replaced by the nearest clean frame, each shown with its own time")
 
 
+def damaged_stretch(bad: int, sampled: int, at: list[float]) -> str:
+    return (f"damaged video: {bad} of {sampled} sampled frames fall where the file is damaged ({_spans(at)}: data "
+            "lost or corrupted in recording or copying) and have no clean frame nearby. Upload an undamaged copy.")
+
+
 def damaged_in_places(at: list[float]) -> str:
     return (f"damaged video: the file lost data at {_spans(at)} (in recording or copying), and the sampled "
             "frames around it do not decode. Upload an undamaged copy.")
