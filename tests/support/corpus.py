@@ -454,6 +454,35 @@ def snapshot(src: Path, dst: Path, keep: float) -> Path:
     return dst
 
 
+DVD_TITLE_S = 6  # the title: 6 s, 176x144, 25 fps, MPEG-2 with MP2 audio, frame-coded
+
+
+def dvd_title_set(cache_dir: Path) -> tuple[Path, list[bytes], bytes]:
+    """A DVD title as a disc holds it: (the whole program stream, its three parts
+    VTS_01_1..3.VOB cut at pack boundaries part-way through GOPs, as the disc's 1 GB limit
+    cuts them, and the set's VTS_01_0.IFO, declaring the title's sectors)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    steps = [["-f", "lavfi", "-i", f"sine=f=440:d={DVD_TITLE_S}", *_coded(176, 144, str(FOOTAGE_FPS), DVD_TITLE_S),
+              "-map", "0:a", "-c:v", "mpeg2video", "-q:v", "3", "-g", "12", "-c:a", "mp2", "-shortest",
+              "-f", "vob", "{out}"]]
+    whole = cache_dir / f"dvd_title-{_digest(steps)}.VOB"
+    if not whole.exists():
+        _run_ffmpeg(steps, whole)
+    data = whole.read_bytes()
+    cuts = [len(data) * 37 // 100 // 2048 * 2048, len(data) * 71 // 100 // 2048 * 2048]
+    parts = [data[:cuts[0]], data[cuts[0]:cuts[1]], data[cuts[1]:]]
+    sectors = -(-len(data) // 2048)
+    # VTSI_MAT: the IFO is sector 0 (last IFO sector 0), the title VOBs start at sector 1, the
+    # backup IFO takes the sector after them, which is the set's last.
+    ifo = bytearray(2048)
+    ifo[:12] = b"DVDVIDEO-VTS"
+    ifo[0x0C:0x10] = (1 + sectors).to_bytes(4, "big")
+    ifo[0x1C:0x20] = (0).to_bytes(4, "big")
+    ifo[0xC4:0xC8] = (1).to_bytes(4, "big")
+    return whole, parts, bytes(ifo)
+
+
 # -- damaged copies: bit flips in the coded data of each codec ----------------------------------
 
 DAMAGE_CODECS = {
