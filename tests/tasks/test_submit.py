@@ -12,6 +12,7 @@ import time
 from sqlalchemy import select
 
 from tasks.submit import submit_paths
+from tests.support.corpus import dvd_title_set
 from tests.support.fault_media import tiny_clips
 from vidlora.config import get_settings
 from vidlora.db import session_scope
@@ -56,3 +57,26 @@ def test_a_recording_still_being_written_is_refused_and_a_finished_one_taken(dat
     refused = items["recording.mkv"]
     assert refused.status == "rejected" and refused.reason.startswith("still_being_written: the file grew from ")
     assert "Add it again once it is complete" in refused.reason
+
+
+def test_a_dvd_folder_is_parked_as_its_title_joined(database, broker, corpus_dir, tmp_path):
+    """A VIDEO_TS folder given by path: its title's parts become one upload, in part order
+    (the whole title's bytes), each part recorded as joined into it."""
+    whole, parts, ifo = dvd_title_set(corpus_dir / "dvd-title")
+    disc = tmp_path / "disc" / "VIDEO_TS"
+    disc.mkdir(parents=True)
+    (disc / "VTS_01_0.IFO").write_bytes(ifo)
+    for k, data in enumerate(parts, 1):
+        (disc / f"VTS_01_{k}.VOB").write_bytes(data)
+    hour_ago = time.time() - 3600
+    for f in disc.iterdir():
+        os.utime(f, (hour_ago, hour_ago))
+    batch_id, parked = submit_paths([tmp_path / "disc"], SCENARIOS, "dvd-folder")
+    assert parked == 1
+    with session_scope() as session:
+        uploads = list(session.scalars(select(Upload).where(Upload.batch_id == batch_id)))
+        items = {i.name: i for i in session.scalars(select(BatchItem).where(BatchItem.batch_id == batch_id))}
+    assert [u.name for u in uploads] == ["disc/VIDEO_TS/VTS_01_1-3.VOB"]
+    assert (get_settings().media_root / uploads[0].path).read_bytes() == whole.read_bytes()
+    assert items["disc/VIDEO_TS/VTS_01_3.VOB"].reason == \
+        "joined: part 3 of 3 of a DVD title, stored joined as disc/VIDEO_TS/VTS_01_1-3.VOB"
