@@ -157,7 +157,7 @@ def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corp
     one stored video, the parts joined in order, so its clock runs on across the seams and no
     picture is lost there; every sampled frame is the whole title's frame at its time. Was:
     three videos, each clock from 0, the pictures at each seam analysed nowhere."""
-    from tests.vidlora.media.test_footage import _matches_reference, reference_frames
+    from tests.support.reference import matches_reference, reference_frames
     from vidlora.media.frames import sample_video
     from vidlora.media.probe import probe
     from vidlora.media.sampling import SamplingPolicy
@@ -185,7 +185,7 @@ def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corp
     res = sample_video(stored, SamplingPolicy(mode="uniform", num_frames=12, max_pixels=192 * 160), tmp_path / "f",
                        info=info)
     assert res.note is None and len(set(res.timestamps)) == 12
-    _matches_reference(res, tmp_path, reference_frames(whole, (res.width, res.height), False))
+    matches_reference(res, tmp_path, reference_frames(whole, (res.width, res.height), False))
 
 
 def test_a_dvd_title_missing_a_part_is_joined_and_says_so(database, broker, corpus_dir):

@@ -20,6 +20,7 @@ from typing import BinaryIO, Callable
 _PART = re.compile(r"^(?P<dir>(?:.*/)?)VTS_(?P<set>\d\d)_(?P<part>[1-9])\.VOB$", re.IGNORECASE)
 _IFO = re.compile(r"^(?P<dir>(?:.*/)?)VTS_(?P<set>\d\d)_0\.IFO$", re.IGNORECASE)
 SECTOR = 2048
+CHUNK = 1024 * 1024
 JOINED = "joined"  # the stable code of a part's reason
 INCOMPLETE = "incomplete_title"
 
@@ -97,7 +98,7 @@ class Joined:
                 if not self._opens:
                     return b""
                 self._current = self._opens.pop(0)()
-            data = self._current.read(n)
+            data = self._current.read(n if n >= 0 else CHUNK)  # never a whole 1 GB part at once
             if data:
                 return data
             self._current.close()

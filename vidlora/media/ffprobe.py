@@ -98,8 +98,9 @@ class ProbeError(Exception):
         self.timed_out = timed_out
 
 
-def run_tool(args: list[str], timeout: float) -> str:
-    """Run ffprobe/ffmpeg; return stdout. Raise ProbeError on failure or timeout."""
+def run_tool(args: list[str], timeout: float, said: list[str] | None = None) -> str:
+    """Run ffprobe/ffmpeg; return stdout (and append stderr to ``said``, if given). Raise
+    ProbeError on failure or timeout."""
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:  # subprocess.run kills the child before raising
@@ -107,6 +108,8 @@ def run_tool(args: list[str], timeout: float) -> str:
     if proc.returncode != 0:
         err = proc.stderr.strip().splitlines()
         raise ProbeError(err[-1] if err else f"exit {proc.returncode}", stderr=proc.stderr)
+    if said is not None:
+        said.append(proc.stderr)
     return proc.stdout
 
 
@@ -250,15 +253,30 @@ class PacketColumns:
             yield tuple(None if v == _NONE else v for v in row[:5]) + (names[row[5]],)
 
 
-def packet_rows(path: Path, timeout: float) -> list[Packet]:
-    """The first video stream's packets, in file order (demux only)."""
-    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
-    rows = []
+class PacketList(list):
+    """``packet_rows``' packets, with what ``PacketColumns`` carries beside them."""
+
+    corrupt_dts: frozenset[int] = frozenset()
+    pid: int | None = None
+
+
+def packet_rows(path: Path, timeout: float) -> PacketList:
+    """The first video stream's packets, in file order (demux only), and the demuxer's
+    "Packet corrupt" notes on them (see ``probe_header_and_packets``)."""
+    said: list[str] = []
+    out = run_tool([FFPROBE, "-v", "warning", "-select_streams", "v:0", "-show_entries",
+                    "packet=pts,dts,duration,size,pos,flags:stream=index,id", "-of", "csv=p=0", str(path)],
+                   timeout, said)
+    rows = PacketList()
+    index = None
     for line in out.splitlines():
         f = line.split(",")
         if len(f) >= 6:
             rows.append((_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]), _parse_int(f[3]), _parse_int(f[4]), f[5]))
+        elif len(f) in (1, 2) and f[0].isdigit():  # the stream: its index, and its TS PID if it has one
+            index = int(f[0])
+            rows.pid = int(f[1], 16) if len(f) == 2 and f[1].startswith("0x") else None
+    rows.corrupt_dts = frozenset(int(d) for i, d in _CORRUPT.findall("".join(said)) if int(i) == index)
     return rows
 
 
@@ -414,7 +432,8 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
                  or declared_s and declared_s - span > max(1.0, 0.02 * declared_s)):
         rows = _decodable_rows(path, rows, container, time_base, timeout)
     if corrupt:
-        rows = _mark_unclean(rows, corrupt, path, getattr(source, "pid", None))
+        joins = {run[0][3] for run in _split_segments(rows, time_base)[1:]} if container in DISCONTINUOUS else set()
+        rows = _mark_unclean(rows, corrupt, path, getattr(source, "pid", None), joins)
     runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
     if len(runs) == 1:
         rows.sort()
@@ -440,7 +459,7 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     return replace(table, segments=tuple(segments))
 
 
-def _mark_unclean(rows: list, corrupt: frozenset[int], path: Path, pid: int | None) -> list:
+def _mark_unclean(rows: list, corrupt: frozenset[int], path: Path, pid: int | None, joins: set[int]) -> list:
     """Rows (file order) with a sixth element on each that decodes from damaged data: from the
     packet whose data a drop-out cut up to the next keyframe, and that keyframe's leading
     pictures (shown before it, decoded after it: they reference the damaged GOP).
@@ -448,16 +467,32 @@ def _mark_unclean(rows: list, corrupt: frozenset[int], path: Path, pid: int | No
     The demuxer flags a packet some way after the drop-out (the one it was assembling when
     the stream's continuity counter showed the gap, frames later), so where the stream has a
     transport-stream PID the counter is read again, from the keyframe before the flagged
-    packet, and the packet that held the lost bytes is the last one that starts before them."""
+    packet to the packet after it, and the packet that held the lost bytes is the last one
+    that starts before them. A gap where a joined recording's next part starts (``joins``:
+    byte offsets of the segments' first packets) lost nothing: the counter starts over there.
+    Where the counter cannot be read, the flagged packet and the one before it are marked."""
     hit = [n for n, r in enumerate(rows) if r[4] in corrupt]
-    starts = {max(0, n - 1) for n in hit} | set(hit)
+    starts: set[int] = set()
     keys = [n for n, r in enumerate(rows) if r[1]]
+    found: dict[int, list[int] | None] = {}
     for n in hit:
         k = keys[max(0, bisect_right(keys, n - 1) - 2)] if keys else 0
-        if pid is None or rows[k][3] < 0 or rows[n][3] < 0:
+        after = rows[n + 1][3] if n + 1 < len(rows) else Path(path).stat().st_size
+        found[n] = _continuity_gaps(path, pid, rows[k][3], max(after, rows[n][3]) + 188) \
+            if pid is not None and rows[k][3] >= 0 and rows[n][3] >= 0 else None
+    placed = {rows[n][4] for n, gaps in found.items() if gaps}  # dts whose gap was found
+    for n, gaps in found.items():
+        k = keys[max(0, bisect_right(keys, n - 1) - 2)] if keys else 0
+        if not gaps:
+            # The dts names a packet of another part of a joined recording (dts start over),
+            # or nothing places the loss: then the flagged packet and the one before.
+            if rows[n][4] not in placed:
+                starts |= {max(0, n - 1), n}
             continue
-        for gap in _continuity_gaps(path, pid, rows[k][3], rows[n][3] + 188):
-            held = [m for m in range(k, n + 1) if 0 <= rows[m][3] < gap]
+        for gap in gaps:
+            if gap in joins:
+                continue
+            held = [m for m in range(k, min(n + 2, len(rows))) if 0 <= rows[m][3] < gap]
             if held:
                 starts.add(held[-1])
     out, bad, before_bad, key_pts = [], False, False, None

@@ -20,8 +20,8 @@ EMPTY = "empty file (0 bytes): the upload holds no data. Upload the file again."
 TEXT = "not a video file (text). Upload the video itself."
 UNRECOGNISED = "not a video file (unrecognised data): no container format matches it. Upload the video itself."
 NO_STREAMS = "not a video file: it holds no audio or video streams (its header may be damaged). Upload the video itself."
-MOOV_MISSING = ("truncated or incomplete MP4: the index (moov atom) is missing, so no frame can be found "
-                "(a copy cut short, or one taken while the recording was still being written). " + REUPLOAD)
+MOOV_MISSING = ("truncated or incomplete MP4 (cut short, or copied while still being written): the index "
+                "(moov atom) is missing. " + REUPLOAD)
 HEADER_CUT = "truncated or damaged header: the file ends or breaks inside its header. " + REUPLOAD
 AUDIO_ONLY = "no video stream (audio-only file): there are no pictures to analyse. Upload a video."
 NO_VIDEO = "no video stream: the file holds no pictures to analyse. Upload a video."

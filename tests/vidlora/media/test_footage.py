@@ -25,6 +25,7 @@ from tests.support.corpus import (
     DECLARED_HOURS, DROPOUT_AT_S, FOOTAGE_FPS, LONG_TS_FPS, LONG_TS_S, OPEN_GOP_CUT_FRAMES, footage_videos,
     read_frame_code, round2_videos, round3_videos, snapshot,
 )
+from tests.support.reference import matches_reference, psnr, reference_frames
 from vidlora.config import Settings
 from vidlora.media import decoders
 from vidlora.media.frames import _delivered, sample_video
@@ -40,23 +41,6 @@ WOVEN = {"avchd_mts", "dvd_vob", "dv_avi"}
 @pytest.fixture(scope="module")
 def footage(corpus_dir):
     return {**footage_videos(corpus_dir / "footage"), **round2_videos(corpus_dir / "footage2")}
-
-
-def reference_frames(path: Path, size: tuple[int, int], deinterlace: bool) -> np.ndarray:
-    """Every frame in presentation order, decoded from the start by ffmpeg (timestamps made
-    continuous across a join, as ffmpeg does without -copyts), scaled like the sampler scales."""
-    w, h = size
-    vf = ("bwdif=mode=send_frame:parity=auto:deint=all," if deinterlace else "") + \
-        f"scale={w}:{h}:flags=bicubic,format=rgb24"
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-i", str(path), "-map", "0:v:0", "-vf", vf,
-                          "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-                         capture_output=True, check=True).stdout
-    return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * math.log10(255 ** 2 / mse)
 
 
 def combing(path: Path) -> float:
@@ -245,17 +229,6 @@ def round3(corpus_dir):
     return round3_videos(corpus_dir / "footage3")
 
 
-def _matches_reference(res, base: Path, ref: np.ndarray, first_code: int = 0, fps: int = FOOTAGE_FPS) -> None:
-    """Every stored JPEG is the reference decode's frame at its stated time: by frame code and
-    by picture (the reference JPEG-encoded like the sampler's)."""
-    floor = 45 if res.backend == "ffmpeg" else 28
-    for t, p in zip(res.timestamps, res.paths(base)):
-        assert read_frame_code(p) == (first_code + round(t * fps)) % 256, (t, res.backend)
-        Image.fromarray(ref[round(t * fps)]).save(base / "ref.jpg", "JPEG", quality=Settings().jpeg_quality)
-        got, want = np.asarray(Image.open(p).convert("RGB")), np.asarray(Image.open(base / "ref.jpg").convert("RGB"))
-        assert psnr(got, want) > floor, (t, res.backend)
-
-
 @pytest.mark.parametrize("frames, pixels", [(8, 192 * 160), (16, 192 * 160), (8, 176 * 144)])
 def test_a_drop_out_inside_a_gop_is_never_stored_as_a_picture(round3, frames, pixels, tmp_path):
     """A transport stream that lost packets at 2.8 s, inside a GOP that runs to its end: the
@@ -271,7 +244,7 @@ def test_a_drop_out_inside_a_gop_is_never_stored_as_a_picture(round3, frames, pi
     assert max(res.timestamps) < DROPOUT_AT_S, res.timestamps
     assert res.note and "damaged at 2.7" in res.note and "replaced by the nearest clean frame" in res.note, res.note
     # The clean recording the drop-out came from, decoded from the start: the same frames.
-    _matches_reference(res, tmp_path, reference_frames(round3["dropout_src_ts"], (res.width, res.height), False))
+    matches_reference(res, tmp_path, reference_frames(round3["dropout_src_ts"], (res.width, res.height), False))
 
 
 def test_a_window_inside_a_drop_out_is_refused_saying_where_the_file_is_damaged(round3, tmp_path):
@@ -297,14 +270,14 @@ def test_an_open_gop_recording_cut_with_stream_copy_is_read_from_its_start(round
                            tmp_path / str(frames) / "f", info=info)
         assert res.note is None and len(res.timestamps) == frames
         ref = reference_frames(path, (res.width, res.height), False)
-        _matches_reference(res, tmp_path / str(frames), ref, first_code=OPEN_GOP_CUT_FRAMES)
+        matches_reference(res, tmp_path / str(frames), ref, first_code=OPEN_GOP_CUT_FRAMES)
 
 
 def test_audio_five_seconds_ahead_of_the_video_is_not_a_partial_file(round3, tmp_path):
     info = probe(round3["audio_5s_first_mkv"])
     assert not info.truncated and info.declared_duration_s == pytest.approx(3.0, abs=0.05), info
     res = sample_video(round3["audio_5s_first_mkv"], POLICY, tmp_path / "f", info=info)
-    _matches_reference(res, tmp_path, reference_frames(round3["audio_5s_first_mkv"], (res.width, res.height), False))
+    matches_reference(res, tmp_path, reference_frames(round3["audio_5s_first_mkv"], (res.width, res.height), False))
 
 
 @pytest.mark.parametrize("name", ["live_mkv", "live_fmp4", "live_ts"])
@@ -317,7 +290,7 @@ def test_a_copy_of_a_recording_still_being_written_is_a_partial_file(round3, nam
     info = probe(path)
     assert info.truncated and info.declared_duration_s is None and 1.0 < info.duration_s < 2.2, info
     res = sample_video(path, POLICY, tmp_path / "f", info=info)
-    _matches_reference(res, tmp_path, reference_frames(path, (res.width, res.height), False))
+    matches_reference(res, tmp_path, reference_frames(path, (res.width, res.height), False))
     assert not probe(src).truncated  # the finished recording is whole
 
 
