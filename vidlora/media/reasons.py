@@ -94,8 +94,8 @@ def _spans(at: list[float]) -> str:
             runs[-1][1] = t
         else:
             runs.append([t, t])
-    shown = [f"{a:g}-{b:g} s" if b > a else f"{a:g} s" for a, b in runs[:3]]
-    return ", ".join(shown) + (" and elsewhere" if len(runs) > 3 else "")
+    shown = [f"{a:g}-{b:g} s" if b > a else f"{a:g} s" for a, b in runs[:2]]
+    return ", ".join(shown) + (" and elsewhere" if len(runs) > 2 else "")
 
 
 def replaced_damaged(moved: int, at: list[float]) -> str:
@@ -106,13 +106,13 @@ def replaced_damaged(moved: int, at: list[float]) -> str:
 
 
 def damaged_stretch(bad: int, sampled: int, at: list[float]) -> str:
-    return (f"damaged video: {bad} of {sampled} sampled frames fall where the file is damaged ({_spans(at)}: data "
-            "lost or corrupted in recording or copying) and have no clean frame nearby. Upload an undamaged copy.")
+    return (f"damaged video: {bad} of {sampled} sampled frames fall where the file is damaged ({_spans(at)}) "
+            "and have no clean frame nearby. Upload an undamaged copy.")
 
 
 def damaged_in_places(at: list[float]) -> str:
-    return (f"damaged video: the file lost data at {_spans(at)} (in recording or copying), and the sampled "
-            "frames around it do not decode. Upload an undamaged copy.")
+    return (f"damaged video: the file is damaged at {_spans(at)} and the sampled frames around it do not "
+            "decode. Upload an undamaged copy.")
 
 
 def window_after_end(start: float, duration: float) -> str:
