@@ -79,7 +79,8 @@ class ProbeInfo:
     # The span the file's header declares, when it declares one; a partial file (a copy cut
     # short, a card that filled up) declares more than its packets hold.
     declared_duration_s: float | None = None
-    # The file ends before its declared end, or part-way through a packet: it is analysed as
+    # The file ends before its declared end, or part-way through a packet, element or box (cut
+    # short, or copied while still being written): it is analysed as
     # far as it decodes, and flagged.
     truncated: bool = False
 
