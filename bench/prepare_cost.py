@@ -71,6 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", default="2ce4b7f~1", help="revision to compare against (default: before issue 13)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--clips", nargs="+", choices=sorted(CLIPS), default=list(CLIPS),
+                    help="which clips (default: all; the 10-minute one takes long to make on a busy machine)")
     args = ap.parse_args()
     rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
@@ -78,7 +80,7 @@ def main() -> int:
     subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True,
                    capture_output=True)
     try:
-        clips = {name: make_clip(*spec) for name, spec in CLIPS.items()}
+        clips = {name: make_clip(*CLIPS[name]) for name in args.clips}
         rows = []
         for cname, clip in clips.items():
             for pname, n in POLICIES.items():
