@@ -3,8 +3,8 @@ revision, side by side in one run (issue 13: video fidelity must not cost more t
 
     .venv/bin/python bench/prepare_cost.py [--baseline REV] [--repeat 3]
 
-Clips (generated once under var/bench/): a 10-minute 720p H.264 film and a 60 s 1080p clip
-(testsrc2, x264 veryfast, default GOP 250). Policies: uniform 8 and uniform 32 frames. Each
+Clips (generated once under var/bench/): a 10-minute 720p H.264 film, a 60 s 1080p clip, and
+60 s of 720p in MKV and in MPEG-TS (testsrc2, x264 veryfast, default GOP 250). Policies: uniform 8 and uniform 32 frames. Each
 measurement is a fresh subprocess running ``probe_with_table`` then ``sample_video`` from one
 code version (the baseline is a detached ``git worktree`` of REV, on PYTHONPATH); CPU is the
 subprocess and all its children. Versions alternate run by run so machine noise hits both;
@@ -24,7 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIPS = {"720p_600s": ("1280x720", 600), "1080p_60s": ("1920x1080", 60)}
+CLIPS = {"720p_600s": ("1280x720", 600), "1080p_60s": ("1920x1080", 60),
+         # issue 62 reads every probe's demuxer warnings and the end of MKV/MP4/TS structure
+         "720p_60s_mkv": ("1280x720", 60, ".mkv"), "720p_60s_ts": ("1280x720", 60, ".ts")}
 POLICIES = {"uniform8": 8, "uniform32": 32}
 MEASURE = """
 import json, sys, tempfile
@@ -43,11 +45,11 @@ print(json.dumps({"frames": len(res.files), "backend": res.backend, "size": [res
 """
 
 
-def make_clip(size: str, seconds: int) -> Path:
-    out = ROOT / "var" / "bench" / f"h264_{size}_{seconds}s.mp4"
+def make_clip(size: str, seconds: int, suffix: str = ".mp4") -> Path:
+    out = ROOT / "var" / "bench" / f"h264_{size}_{seconds}s{suffix}"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.mp4")
+        tmp = out.with_suffix(".tmp" + suffix)
         subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
                         f"testsrc2=s={size}:r=30:d={seconds}", "-c:v", "libx264", "-preset", "veryfast",
                         "-pix_fmt", "yuv420p", str(tmp)], check=True)
@@ -69,6 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", default="2ce4b7f~1", help="revision to compare against (default: before issue 13)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--clips", nargs="+", choices=sorted(CLIPS), default=list(CLIPS),
+                    help="which clips (default: all; the 10-minute one takes long to make on a busy machine)")
     args = ap.parse_args()
     rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
@@ -76,7 +80,7 @@ def main() -> int:
     subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True,
                    capture_output=True)
     try:
-        clips = {name: make_clip(*spec) for name, spec in CLIPS.items()}
+        clips = {name: make_clip(*CLIPS[name]) for name in args.clips}
         rows = []
         for cname, clip in clips.items():
             for pname, n in POLICIES.items():

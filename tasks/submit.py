@@ -13,7 +13,13 @@ from vidlora import resumable
 from vidlora.batches import BatchError, create_batch, park_file, park_received, park_stream, record_member
 from vidlora.config import get_settings
 from vidlora.db import session_scope
+from vidlora.ingest.dvd import Joined as JoinedParts
+from vidlora.ingest.dvd import Title as DvdTitle
+from vidlora.ingest.dvd import ifo_title_bytes
+from vidlora.ingest.dvd import incomplete as incomplete_title
+from vidlora.ingest.dvd import titles as dvd_titles
 from vidlora.ingest.kinds import Kind
+from vidlora.ingest.settle import changing
 from vidlora.ingest.sources import expand_paths
 from vidlora.lifecycle import ItemStatus
 
@@ -31,16 +37,47 @@ def submit_paths(paths: list[Path], scenarios: list[str], name: str, source: str
     upload_ids: list[int] = []
     with session_scope() as session:
         batch = create_batch(session, name, source, scenarios, created_by)
-        for item in expand_paths(paths, settings):
+        items = list(expand_paths(paths, settings))
+        busy = changing([i.path for i in items if i.kind != Kind.OTHER], settings.ingest_settle_s)
+        named = {i.name: i for i in items}
+        dvd = dvd_titles([i.name for i in items if i.kind == Kind.VIDEO and i.path not in busy])
+        joined: set[str] = set()
+        for item in items:
+            title = dvd.get(item.name)
+            if title is not None:  # one part of a DVD title: the parts are parked joined, once
+                reason = title.part_reason(item.name)
+                ifo = named[title.ifo].path.read_bytes()[:256] if title.ifo in named else b""
+                missing = incomplete_title(title, [named[p].path.stat().st_size for p in title.parts],
+                                           ifo_title_bytes(ifo))
+                reason = f"{reason}; {missing}" if missing else reason
+                if title.name not in joined:
+                    joined.add(title.name)
+                    upload_ids.append(_park_title(session, settings, batch, title, named).id)
+                record_member(session, batch.id, item.name, ItemStatus.SKIPPED, reason, None, settings.media_root)
+                continue
             if item.kind == Kind.OTHER:
                 record_member(session, batch.id, item.name, ItemStatus.SKIPPED, item.reason, None, settings.media_root)
                 continue
+            if item.path in busy:
+                record_member(session, batch.id, item.name, ItemStatus.REJECTED, busy[item.path], None,
+                              settings.media_root)
+                continue
             upload_ids.append(park_file(session, settings, batch, item.path, item.name).id)
         if not upload_ids:
-            raise BatchError("no video or archive found in the given paths")
+            raise BatchError(next(iter(busy.values())) if busy else "no video or archive found in the given paths")
         batch_id = batch.id
     _send_ingest(upload_ids)
     return batch_id, len(upload_ids)
+
+
+def _park_title(session, settings, batch, title: DvdTitle, named: dict):
+    """A DVD title's parts, read one after another into one parked upload."""
+    paths = [named[p].path for p in title.parts]
+    stream = JoinedParts([lambda p=p: open(p, "rb") for p in paths])
+    try:
+        return park_stream(session, settings, batch, title.name, stream, settings.archive_max_total_bytes)
+    finally:
+        stream.close()
 
 
 def submit_streams(files: list[tuple[str, BinaryIO]], scenarios: list[str], name: str, source: str = "web",

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     archive_max_total_bytes: int = 20 * 1024**3
     archive_max_ratio: float = 200.0  # uncompressed / compressed, per member
     archive_nested: str = "reject"  # "reject" | "extract" (one level only)
+    # A file given by path (or an archive) must keep its size and modification time this long
+    # before it is taken: a recording still being written is refused with a reason, not
+    # analysed as far as it had got. Files untouched for this long are taken at once.
+    ingest_settle_s: float = Field(2.0, ge=0.0)
     # Names the decoders read (the probe judges the content): containers, and the raw
     # elementary streams cameras and tools write (.mpv/.m2v MPEG video, .h264/.hevc).
     video_extensions: tuple[str, ...] = (

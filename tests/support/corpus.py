@@ -375,6 +375,114 @@ def round2_videos(cache_dir: Path) -> dict[str, Path]:
     return out
 
 
+# -- footage, third round (issue 62): drop-outs, cut open GOPs, files still being written -------
+
+ROUND3_S = 4  # 176x144, 25 fps, frame-coded
+DROPOUT_AT_S = 2.8  # where the transport stream loses packets: inside its second GOP (2..4 s)
+DROPOUT_PACKETS = 14
+OPEN_GOP_CUT_S = 1.5  # ffmpeg's stream-copy cut lands on a keyframe: source frame 50 comes first
+OPEN_GOP_CUT_FRAMES = 50  # the frame code of the cut file's first frame
+
+
+def _round3_recipes() -> dict[str, tuple[str, list[list[str]]]]:
+    coded = _coded(176, 144, str(FOOTAGE_FPS), ROUND3_S)
+    open_gop_src = [*_coded(176, 144, str(FOOTAGE_FPS), 5), *OPEN_GOP, "-f", "mpegts", "{tmp}"]
+    return {
+        # A broadcast recording (keyframe every 2 s) that dropout_videos damages in one place.
+        "dropout_src_ts": (".ts", [[*coded, *X264, "-g", "50", "-f", "mpegts", "{out}"]]),
+        # Open-GOP H.264 (broadcast/AVCHD) cut with -c copy, as users trim recordings: the file
+        # starts at an I-frame whose leading pictures are gone with the GOP before it.
+        "open_gop_cut_mp4": (".mp4", [open_gop_src, ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy", "{out}"]]),
+        "open_gop_cut_mkv": (".mkv", [open_gop_src, ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy", "{out}"]]),
+        # Audio that starts 5 s before the pictures, Opus (its pre-skip puts the file's start
+        # below zero, and ffprobe then gives the video that start and a span to the file's end).
+        "audio_5s_first_mkv": (".mkv", [["-f", "lavfi", "-i", "sine=f=440:d=8",
+                                         *_coded(176, 144, str(FOOTAGE_FPS), 3, ",setpts=PTS+5/TB"), "-map", "0:a",
+                                         *X264, "-c:a", "libopus", "{out}"]]),
+        # Recordings written as a stream (no seeking back to finish the header: a recorder still
+        # writing, or writing to a pipe): growing_videos takes snapshots of them part-way.
+        "live_mkv": (".mkv", [[*coded, *X264, "-g", "25", "-f", "matroska", "-live", "1", "{out}"]]),
+        "live_fmp4": (".mp4", [[*coded, *X264, "-g", "25", "-movflags", "frag_keyframe+empty_moov+default_base_moof",
+                                "{out}"]]),
+        "live_ts": (".ts", [[*coded, *X264, "-g", "25", "-f", "mpegts", "{out}"]]),
+    }
+
+
+def _drop_packets(ts: Path, at_s: float, count: int) -> bytes:
+    """The transport stream with ``count`` 188-byte packets lost inside the video frame shown
+    at ``at_s`` (its PES header kept, so the demuxer sees the gap only by the continuity
+    counter), as a reception drop-out or a bad sector leaves it."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                          "packet=pts_time,pos", "-of", "csv=p=0", str(ts)], capture_output=True, text=True,
+                         check=True).stdout
+    rows = [(float(t), int(p)) for t, p in (ln.split(",")[:2] for ln in out.split() if ln.count(",") >= 1)]
+    start = rows[0][0]
+    pos = min(rows, key=lambda r: abs(r[0] - start - at_s))[1]
+    data = ts.read_bytes()
+    first = pos // 188 * 188 + 188
+    return data[:first] + data[first + count * 188:]
+
+
+def round3_videos(cache_dir: Path) -> dict[str, Path]:
+    """Generate (once): dropout_ts (dropout_src_ts, 4 s, losing ``DROPOUT_PACKETS`` packets
+    at ``DROPOUT_AT_S``), open_gop_cut_mp4 / open_gop_cut_mkv (3.5 s cut from 5 s of open-GOP
+    H.264 with -c copy), audio_5s_first_mkv (3 s of video 5 s into 8 s of audio), and the
+    streamed recordings live_mkv, live_fmp4, live_ts (4 s; ``snapshot`` cuts them)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for name, (suffix, steps) in _round3_recipes().items():
+        path = cache_dir / f"{name}-{_digest(steps)}{suffix}"
+        if not path.exists():
+            _run_ffmpeg(steps, path)
+        out[name] = path
+    src = out["dropout_src_ts"]
+    drop = cache_dir / f"dropout_ts-{_digest(src.name, DROPOUT_AT_S, DROPOUT_PACKETS)}.ts"
+    if not drop.exists():
+        tmp = drop.with_name(f".{drop.name}.{os.getpid()}")
+        tmp.write_bytes(_drop_packets(src, DROPOUT_AT_S, DROPOUT_PACKETS))
+        os.replace(tmp, drop)
+    out["dropout_ts"] = drop
+    return out
+
+
+def snapshot(src: Path, dst: Path, keep: float) -> Path:
+    """What a copy of ``src`` taken while it was being written holds: its first ``keep`` part,
+    cut where a writer's buffer would end (not on a packet, box or element edge)."""
+    data = src.read_bytes()
+    dst.write_bytes(data[: int(len(data) * keep) // 7 * 7 + 3])
+    return dst
+
+
+DVD_TITLE_S = 6  # the title: 6 s, 176x144, 25 fps, MPEG-2 with MP2 audio, frame-coded
+
+
+def dvd_title_set(cache_dir: Path) -> tuple[Path, list[bytes], bytes]:
+    """A DVD title as a disc holds it: (the whole program stream, its three parts
+    VTS_01_1..3.VOB cut at pack boundaries part-way through GOPs, as the disc's 1 GB limit
+    cuts them, and the set's VTS_01_0.IFO, declaring the title's sectors)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    steps = [["-f", "lavfi", "-i", f"sine=f=440:d={DVD_TITLE_S}", *_coded(176, 144, str(FOOTAGE_FPS), DVD_TITLE_S),
+              "-map", "0:a", "-c:v", "mpeg2video", "-q:v", "3", "-g", "12", "-c:a", "mp2", "-shortest",
+              "-f", "vob", "{out}"]]
+    whole = cache_dir / f"dvd_title-{_digest(steps)}.VOB"
+    if not whole.exists():
+        _run_ffmpeg(steps, whole)
+    data = whole.read_bytes()
+    cuts = [len(data) * 37 // 100 // 2048 * 2048, len(data) * 71 // 100 // 2048 * 2048]
+    parts = [data[:cuts[0]], data[cuts[0]:cuts[1]], data[cuts[1]:]]
+    sectors = -(-len(data) // 2048)
+    # VTSI_MAT: the IFO is sector 0 (last IFO sector 0), the title VOBs start at sector 1, the
+    # backup IFO takes the sector after them, which is the set's last.
+    ifo = bytearray(2048)
+    ifo[:12] = b"DVDVIDEO-VTS"
+    ifo[0x0C:0x10] = (1 + sectors).to_bytes(4, "big")
+    ifo[0x1C:0x20] = (0).to_bytes(4, "big")
+    ifo[0xC4:0xC8] = (1).to_bytes(4, "big")
+    return whole, parts, bytes(ifo)
+
+
 # -- damaged copies: bit flips in the coded data of each codec ----------------------------------
 
 DAMAGE_CODECS = {

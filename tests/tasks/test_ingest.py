@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tasks.ingest import ingest_upload
+from tests.support.corpus import DVD_TITLE_S, dvd_title_set
 from tests.support.fault_media import tiny_clips
 from vidlora.batches import create_batch, park_file, park_stream
 from vidlora.config import get_settings
@@ -141,3 +142,64 @@ def test_members_of_one_name_are_all_kept_renamed_and_said_so(database, broker, 
         assert "renamed: another file of this batch is also named same.mp4" in items["same (2).mp4"].reason
         assert items["same (2).mp4"].video_id == items["dig/same (2).mp4"].video_id  # the same bytes, one video
         assert len({i.video_id for i in items.values()}) == 3
+
+
+def _title_zip(parts: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in parts.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corpus_dir, tmp_path):
+    """VTS_01_1..3.VOB in a zip (the parts listed out of order, the IFO and menu beside them):
+    one stored video, the parts joined in order, so its clock runs on across the seams and no
+    picture is lost there; every sampled frame is the whole title's frame at its time. Was:
+    three videos, each clock from 0, the pictures at each seam analysed nowhere."""
+    from tests.support.reference import matches_reference, reference_frames
+    from vidlora.media.frames import sample_video
+    from vidlora.media.probe import probe
+    from vidlora.media.sampling import SamplingPolicy
+
+    whole, parts, ifo = dvd_title_set(corpus_dir / "dvd-title")
+    settings = get_settings()
+    members = {"VIDEO_TS/VTS_01_0.IFO": ifo, "VIDEO_TS/VTS_01_2.VOB": parts[1],
+               "VIDEO_TS/VTS_01_1.VOB": parts[0], "VIDEO_TS/VTS_01_3.VOB": parts[2]}
+    with session_scope() as session:
+        batch = create_batch(session, "dvd-title", "cli", SCENARIOS)
+        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(_title_zip(members)), 1 << 30)
+        batch_id, upload_id = batch.id, upload.id
+    assert ingest_upload(upload_id) == {"stored": 1, "rejected": 0, "skipped": 4}
+    with session_scope() as session:
+        items = {i.name: i for i in session.scalars(select(BatchItem).where(BatchItem.batch_id == batch_id))}
+        title = items["VIDEO_TS/VTS_01_1-3.VOB"]
+        assert title.status == "stored" and title.reason is None
+        assert items["VIDEO_TS/VTS_01_2.VOB"].reason == \
+            "joined: part 2 of 3 of a DVD title, stored joined as VIDEO_TS/VTS_01_1-3.VOB"
+        stored = settings.media_root / session.get(Video, title.video_id).path
+    assert stored.read_bytes() == whole.read_bytes()
+    info = probe(stored)
+    assert info.frame_count == DVD_TITLE_S * 25 and not info.truncated, info
+    # 12 samples: two of them in the GOPs the cuts fall in
+    res = sample_video(stored, SamplingPolicy(mode="uniform", num_frames=12, max_pixels=192 * 160), tmp_path / "f",
+                       info=info)
+    assert res.note is None and len(set(res.timestamps)) == 12
+    matches_reference(res, tmp_path, reference_frames(whole, (res.width, res.height), False))
+
+
+def test_a_dvd_title_missing_a_part_is_joined_and_says_so(database, broker, corpus_dir):
+    _, parts, ifo = dvd_title_set(corpus_dir / "dvd-title")
+    settings = get_settings()
+    members = {"VTS_02_0.IFO": ifo, "VTS_02_1.VOB": parts[0], "VTS_02_3.VOB": parts[2]}
+    with session_scope() as session:
+        batch = create_batch(session, "dvd-title-gap", "cli", SCENARIOS)
+        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(_title_zip(members)), 1 << 30)
+        batch_id, upload_id = batch.id, upload.id
+    assert ingest_upload(upload_id) == {"stored": 1, "rejected": 0, "skipped": 3}
+    with session_scope() as session:
+        title = session.scalar(select(BatchItem).where(BatchItem.batch_id == batch_id,
+                                                       BatchItem.name == "VTS_02_1-3.VOB"))
+    assert title.status == "stored" and title.reason == \
+        "incomplete_title: VTS_02_2.VOB of this DVD title is missing; the parts were joined without it"
+

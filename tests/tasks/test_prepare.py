@@ -127,3 +127,46 @@ def test_open_gop_avi_b_frames_and_honest_partial_notices_through_prepare(databa
             for fs in sets:
                 codes = [read_frame_code(root / f) for f in fs.files]
                 assert codes == [round(t * FOOTAGE_FPS) for t in fs.timestamps], (name, fs.timestamps)
+
+
+def test_drop_outs_cut_open_gops_and_recordings_still_being_written_through_prepare(database, broker, corpus_dir,
+                                                                                    tmp_path):
+    """Issue 62 through the task: a transport stream with a drop-out (its frame sets keep only
+    clean frames, each at its own time, and say where the file is damaged; was: a concealed
+    picture stored, or "decoding failed ... Re-encode it"), an open-GOP recording cut with
+    -c copy (was refused as damaged), an MKV whose audio starts 5 s ahead (was flagged
+    partial), and an MKV copied while still being written (was analysed as complete)."""
+    import numpy as np
+    from PIL import Image
+
+    from tests.support.corpus import DROPOUT_AT_S, OPEN_GOP_CUT_FRAMES, read_frame_code, round3_videos, snapshot
+    from tests.support.reference import psnr, reference_frames
+
+    clips = round3_videos(corpus_dir / "footage3")
+    growing = snapshot(clips["live_mkv"], tmp_path / "recording.mkv", 0.45)
+    cases = {"dropout_ts": (clips["dropout_ts"], False, 0), "open_gop_cut_mkv": (clips["open_gop_cut_mkv"], False,
+             OPEN_GOP_CUT_FRAMES), "audio_5s_first_mkv": (clips["audio_5s_first_mkv"], False, 0),
+             "growing_mkv": (growing, True, 0)}
+    ids = {name: _register(path, f"prepare-{name}") for name, (path, _, _) in cases.items()}
+    for name, video_id in ids.items():
+        assert prepare_video(video_id) == 3, name
+    root = get_settings().media_root
+    with session_scope() as session:
+        for name, video_id in ids.items():
+            video = session.get(Video, video_id)
+            assert (video.status, video.reason, video.truncated) == ("ready", None, cases[name][1]), name
+            sets = session.scalars(select(FrameSet).where(FrameSet.video_id == video_id)).all()
+            assert len(sets) == 2 and all(fs.status == "done" for fs in sets), name
+            for fs in sets:
+                codes = [read_frame_code(root / f) for f in fs.files]
+                assert codes == [cases[name][2] + round(t * 25) for t in fs.timestamps], (name, fs.timestamps)
+                if name != "dropout_ts":
+                    assert fs.decode_note is None, (name, fs.decode_note)
+                    continue
+                assert max(fs.timestamps) < DROPOUT_AT_S and "the file is damaged at" in fs.decode_note
+                size = Image.open(root / fs.files[0]).size
+                ref = reference_frames(clips["dropout_src_ts"], size, False)
+                for t, f in zip(fs.timestamps, fs.files):
+                    Image.fromarray(ref[round(t * 25)]).save(tmp_path / "ref.jpg", "JPEG", quality=get_settings().jpeg_quality)
+                    got = np.asarray(Image.open(root / f).convert("RGB"))
+                    assert psnr(got, np.asarray(Image.open(tmp_path / "ref.jpg").convert("RGB"))) > 40, (t, f)

@@ -49,6 +49,11 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 
 from vidlora.config import Settings
+from vidlora.ingest.dvd import Joined as JoinedParts
+from vidlora.ingest.dvd import Title as DvdTitle
+from vidlora.ingest.dvd import ifo_title_bytes
+from vidlora.ingest.dvd import incomplete as incomplete_title
+from vidlora.ingest.dvd import titles as dvd_titles
 from vidlora.ingest.kinds import Kind, is_archive_name, kind_of, not_video_reason, numbered
 from vidlora.ingest.store import MediaStore, StoredFile, StoreError, TooLarge
 from vidlora.lifecycle import ItemStatus
@@ -303,6 +308,10 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
         if ctx.budget.members + len(infos) > s.archive_max_members:
             raise _Stop(f"{TOO_MANY_MEMBERS}: {len(infos)} entries, limit "
                         f"{s.archive_max_members}; nothing extracted")
+        plain = {i.filename: i for i in infos if not i.is_dir() and not i.flag_bits & 0x1
+                 and stat.S_IFMT(i.external_attr >> 16) in (0, stat.S_IFREG) and _is_safe(i.filename)}
+        dvd = dvd_titles(list(plain))
+        joined: set[str] = set()
         for info in infos:
             _count_member(ctx)
             try:
@@ -313,6 +322,13 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
                 continue
             display = prefix + name
             if info.is_dir():
+                continue
+            title = dvd.get(info.filename)
+            if title is not None:  # one part of a DVD title: the parts are stored joined, once
+                yield MemberOutcome(display, ItemStatus.SKIPPED, title.part_reason(info.filename), None)
+                if title.name not in joined:
+                    joined.add(title.name)
+                    yield from _store_title(ctx, zf, plain, title, prefix, raw, depth)
                 continue
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
@@ -357,6 +373,41 @@ def _ingest_zip(raw: _CountingFile, prefix: str, ctx: _Ctx, depth: int) -> Itera
                 yield from _store_member(ctx, display, member, raw,  # type: ignore[arg-type]
                                          min(s.max_video_bytes, remaining),
                                          remaining < s.max_video_bytes, depth)
+
+
+def _is_safe(name: str) -> bool:
+    try:
+        return _safe_name(name) == name
+    except ValueError:
+        return False
+
+
+def _store_title(ctx: _Ctx, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], title: DvdTitle,
+                 prefix: str, raw: _CountingFile, depth: int) -> Iterator[MemberOutcome]:
+    """A DVD title's parts, read one after another into one stored video. Each part may be as
+    large as one video may be (a DVD title is up to 9 GB in 1 GB parts); the archive's total
+    budget bounds the whole."""
+    s = ctx.settings
+    display = prefix + title.name
+    parts = [infos[p] for p in title.parts]
+    declared = None
+    if title.ifo in infos and infos[title.ifo].file_size <= TAR_META_MAX_BYTES:
+        try:
+            declared = ifo_title_bytes(zf.read(infos[title.ifo])[:0x100])
+        except _READ_ERRORS:
+            declared = None
+    remaining = s.archive_max_total_bytes - ctx.budget.total
+    note = incomplete_title(title, [p.file_size for p in parts], declared)
+    stream = JoinedParts([lambda p=p: zf.open(p) for p in parts])
+    try:
+        for outcome in _store_member(ctx, display, stream, raw,  # type: ignore[arg-type]
+                                     min(len(parts) * s.max_video_bytes, remaining),
+                                     remaining < len(parts) * s.max_video_bytes, depth):
+            if note and outcome.status == ItemStatus.STORED:
+                outcome = replace(outcome, reason=note if outcome.reason is None else f"{outcome.reason}; {note}")
+            yield outcome
+    finally:
+        stream.close()
 
 
 # -- tar --------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ Backend order (``default_backends``), from the measurements in DESIGN.md "Decodi
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from bisect import bisect_right
@@ -74,6 +75,19 @@ DECORD_SAFE = {("mp4", "h264"), ("mov", "h264")}
 # resets the decoder: an error at one is damage, and decoding it again from further back
 # would only let the demuxer's complaint about a damaged cluster go unheard.
 OPEN_GOP_CODECS = frozenset({"h264", "hevc", "mpeg2video", "vc1"})
+
+
+# What a decoder says, before the first keyframe of a stream comes out, about the leading
+# pictures of an open GOP whose references were cut away with the GOP before it (a recording
+# trimmed with -c copy). ffmpeg drops those pictures and shows the rest whole; so does PyAV.
+_LEADING = re.compile(r"mmco: unref short failure|reference picture missing|Missing reference picture|"
+                      r"co located POCs unavailable|Frame num gap|number of reference frames")
+
+
+def leading_only(said) -> bool:
+    """Every line of a decoder's log (PyAV's (level, name, message) or text lines) is one
+    of ``_LEADING``'s."""
+    return all(_LEADING.search(x[-1] if isinstance(x, tuple) else str(x)) for x in said)
 
 
 class Mismatch(Exception):
@@ -207,8 +221,12 @@ def decode_pyav(path: Path, table: FrameTable, picks: list[int], size: tuple[int
                         if frame.pts is None:
                             raise Mismatch("PyAV frame without pts")
                         last_pts = frame.pts
-                        bad = frame.is_corrupt or len(logs) > seen_logs
+                        said = logs[seen_logs:]
                         seen_logs = len(logs)
+                        if said and first_dirty is None and sought and at_key == 0 and frame.key_frame \
+                                and stream.codec_context.name in OPEN_GOP_CODECS and leading_only(said):
+                            said = []  # the first GOP's leading pictures: nothing before it to step back to
+                        bad = frame.is_corrupt or bool(said)
                         first_dirty = bad if first_dirty is None else first_dirty
                         dirty = bad if frame.key_frame else (dirty or bad)
                         if frame.pts == want:

@@ -98,8 +98,9 @@ class ProbeError(Exception):
         self.timed_out = timed_out
 
 
-def run_tool(args: list[str], timeout: float) -> str:
-    """Run ffprobe/ffmpeg; return stdout. Raise ProbeError on failure or timeout."""
+def run_tool(args: list[str], timeout: float, said: list[str] | None = None) -> str:
+    """Run ffprobe/ffmpeg; return stdout (and append stderr to ``said``, if given). Raise
+    ProbeError on failure or timeout."""
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:  # subprocess.run kills the child before raising
@@ -107,12 +108,15 @@ def run_tool(args: list[str], timeout: float) -> str:
     if proc.returncode != 0:
         err = proc.stderr.strip().splitlines()
         raise ProbeError(err[-1] if err else f"exit {proc.returncode}", stderr=proc.stderr)
+    if said is not None:
+        said.append(proc.stderr)
     return proc.stdout
 
 
-def stream_tool(args: list[str], timeout: float, take: Callable[[str], None]) -> None:
+def stream_tool(args: list[str], timeout: float, take: Callable[[str], None]) -> str:
     """``run_tool`` for output too large to hold: each line of stdout goes to ``take`` as it
-    comes. Raise ProbeError on failure or timeout (the child is killed at ``timeout``)."""
+    comes; returns what the tool said on stderr. Raise ProbeError on failure or timeout (the
+    child is killed at ``timeout``)."""
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
         timer = threading.Timer(timeout, proc.kill)
@@ -127,10 +131,12 @@ def stream_tool(args: list[str], timeout: float, take: Callable[[str], None]) ->
             timer.cancel()
         if fired:
             raise ProbeError("timed out", timed_out=True)
+        err.seek(0)
+        said = err.read().decode("utf-8", "replace")
         if rc != 0:
-            err.seek(0)
-            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+            lines = said.strip().splitlines()
             raise ProbeError(lines[-1] if lines else f"exit {rc}", stderr="\n".join(lines))
+        return said
 
 
 def probe_header(path: Path, timeout: float) -> dict:
@@ -179,9 +185,11 @@ def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, "PacketC
         col.add(m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7) or "")
 
     try:
-        stream_tool([FFPROBE, "-v", "error", "-show_format", "-show_streams", "-show_entries",
-                     "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json=c=1", str(path)],
-                    timeout, take)
+        # Warnings too: the demuxer's "Packet corrupt" names each packet that lost data (a
+        # transport stream's drop-out); nothing else in the listing says so.
+        said = stream_tool([FFPROBE, "-v", "warning", "-show_format", "-show_streams", "-show_entries",
+                            "packet=stream_index,pts,dts,duration,size,pos,flags", "-of", "json=c=1", str(path)],
+                           timeout, take)
     except ProbeError as exc:
         if exc.timed_out:
             raise
@@ -191,7 +199,17 @@ def probe_header_and_packets(path: Path, timeout: float) -> tuple[dict, "PacketC
     for st in head.get("streams", []):
         st.pop("nb_read_packets", None)  # what asking for packets adds to each stream
     first = next((st.get("index") for st in head.get("streams", []) if st.get("codec_type") == "video"), None)
-    return head, columns.get(first, PacketColumns()) if first is not None else PacketColumns()
+    video = columns.get(first, PacketColumns()) if first is not None else PacketColumns()
+    video.corrupt_dts = frozenset(int(d) for i, d in _CORRUPT.findall(said) if int(i) == first)
+    st = next(st for st in head.get("streams", []) if st.get("index") == first) if first is not None else {}
+    if str(st.get("id", "")).startswith("0x"):  # a transport stream's PID
+        video.pid = int(str(st["id"]), 16)
+    return head, video
+
+
+# The demuxer's note on a packet that lost data on the way (a transport stream's continuity
+# counter jumped: packets dropped in reception or copying). Its dts names the packet.
+_CORRUPT = re.compile(r"Packet corrupt \(stream = (\d+), dts = (-?\d+)\)")
 
 
 # One packet line of ``-of json=c=1`` (fields in ffprobe's order; one the file does not carry is
@@ -210,6 +228,8 @@ class PacketColumns:
 
     def __init__(self) -> None:
         self._cols = [array("q") for _ in range(5)]
+        self.corrupt_dts: frozenset[int] = frozenset()  # dts of packets the demuxer found damaged
+        self.pid: int | None = None  # the stream's transport-stream PID, where it has one
         self._flags = bytearray()  # index into _FLAG_NAMES
         self._names: list[str] = []
         self._codes: dict[str, int] = {}
@@ -233,15 +253,30 @@ class PacketColumns:
             yield tuple(None if v == _NONE else v for v in row[:5]) + (names[row[5]],)
 
 
-def packet_rows(path: Path, timeout: float) -> list[Packet]:
-    """The first video stream's packets, in file order (demux only)."""
-    out = run_tool([FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                    "packet=pts,dts,duration,size,pos,flags", "-of", "csv=p=0", str(path)], timeout)
-    rows = []
+class PacketList(list):
+    """``packet_rows``' packets, with what ``PacketColumns`` carries beside them."""
+
+    corrupt_dts: frozenset[int] = frozenset()
+    pid: int | None = None
+
+
+def packet_rows(path: Path, timeout: float) -> PacketList:
+    """The first video stream's packets, in file order (demux only), and the demuxer's
+    "Packet corrupt" notes on them (see ``probe_header_and_packets``)."""
+    said: list[str] = []
+    out = run_tool([FFPROBE, "-v", "warning", "-select_streams", "v:0", "-show_entries",
+                    "packet=pts,dts,duration,size,pos,flags:stream=index,id", "-of", "csv=p=0", str(path)],
+                   timeout, said)
+    rows = PacketList()
+    index = None
     for line in out.splitlines():
         f = line.split(",")
         if len(f) >= 6:
             rows.append((_parse_int(f[0]), _parse_int(f[1]), _parse_int(f[2]), _parse_int(f[3]), _parse_int(f[4]), f[5]))
+        elif len(f) in (1, 2) and f[0].isdigit():  # the stream: its index, and its TS PID if it has one
+            index = int(f[0])
+            rows.pid = int(f[1], 16) if len(f) == 2 and f[1].startswith("0x") else None
+    rows.corrupt_dts = frozenset(int(d) for i, d in _CORRUPT.findall("".join(said)) if int(i) == index)
     return rows
 
 
@@ -267,6 +302,10 @@ class FrameTable:
     # (first table index, offset added to raw pts, byte offset where the segment ends or -1),
     # one per segment; empty means one segment with offset 0.
     segments: tuple[tuple[int, int, int], ...] = ()
+    # Frames that decode from damaged data (a packet the demuxer found corrupt, and what is
+    # decoded after it up to the next keyframe): the decoder conceals them, with or without a
+    # complaint, so none is ever taken as a picture of the recording.
+    unclean: tuple[int, ...] = ()
 
     @property
     def origin(self) -> int:
@@ -295,13 +334,14 @@ class FrameTable:
     def to_json(self) -> dict:
         return {"pts": list(self.pts), "key": [int(k) for k in self.keyframe],
                 "tb": [self.time_base.numerator, self.time_base.denominator], "last": self.last_duration,
-                "synthetic": self.synthetic, "pos": list(self.pos), "segments": [list(s) for s in self.segments]}
+                "synthetic": self.synthetic, "pos": list(self.pos), "segments": [list(s) for s in self.segments],
+                "unclean": list(self.unclean)}
 
     @classmethod
     def from_json(cls, d: dict) -> "FrameTable":
         return cls(tuple(d["pts"]), tuple(bool(k) for k in d["key"]), Fraction(*d["tb"]), d["last"],
                    bool(d.get("synthetic", False)), tuple(d.get("pos", ())),
-                   tuple(tuple(s) for s in d.get("segments", ())))
+                   tuple(tuple(s) for s in d.get("segments", ())), tuple(d.get("unclean", ())))
 
 
 def _parse_int(s: str) -> int | None:
@@ -342,6 +382,7 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     """
     file_size = Path(path).stat().st_size
     source = packet_rows(path, timeout) if packets is None else packets
+    corrupt = getattr(source, "corrupt_dts", frozenset())
 
     def kept():  # read twice (the packets' facts, then the rows): a long file's packets are many
         for pts, dts, dur, size, pos, flags in source:
@@ -390,13 +431,18 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
     if rows and (container in DISCONTINUOUS and cut_mid_packet(path)
                  or declared_s and declared_s - span > max(1.0, 0.02 * declared_s)):
         rows = _decodable_rows(path, rows, container, time_base, timeout)
+    if corrupt:
+        joins = {run[0][3] for run in _split_segments(rows, time_base)[1:]} if container in DISCONTINUOUS else set()
+        rows = _mark_unclean(rows, corrupt, path, getattr(source, "pid", None), joins)
     runs = _split_segments(rows, time_base) if container in DISCONTINUOUS else [rows]
     if len(runs) == 1:
         rows.sort()
-        return _table([r[:3] for r in rows], time_base, default_duration, [r[3] for r in rows])
+        return _table([r[:3] for r in rows], time_base, default_duration, [r[3] for r in rows],
+                      [len(r) > 5 for r in rows])
     # Each segment continues where the previous one ended: offsets make pts unique, ascending.
     merged: list[tuple[int, bool, int | None]] = []
     positions: list[int] = []
+    tainted: list[bool] = []
     segments: list[tuple[int, int, int]] = []
     end = None
     for n, run in enumerate(runs):
@@ -404,12 +450,61 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         offset = 0 if end is None else end - run_sorted[0][0]
         seg_end = runs[n + 1][0][3] if n + 1 < len(runs) else -1
         segments.append((len(merged), offset, seg_end))
-        merged += [(p + offset, k, d) for p, k, d, _, _ in run_sorted]
+        merged += [(p + offset, k, d) for p, k, d, *_ in run_sorted]
         positions += [r[3] for r in run_sorted]
+        tainted += [len(r) > 5 for r in run_sorted]
         step = _typical_gap([r[0] for r in run_sorted]) or default_duration or 1
         end = merged[-1][0] + step
-    table = _table(merged, time_base, default_duration, positions)
+    table = _table(merged, time_base, default_duration, positions, tainted)
     return replace(table, segments=tuple(segments))
+
+
+def _mark_unclean(rows: list, corrupt: frozenset[int], path: Path, pid: int | None, joins: set[int]) -> list:
+    """Rows (file order) with a sixth element on each that decodes from damaged data: from the
+    packet whose data a drop-out cut up to the next keyframe, and that keyframe's leading
+    pictures (shown before it, decoded after it: they reference the damaged GOP).
+
+    The demuxer flags a packet some way after the drop-out (the one it was assembling when
+    the stream's continuity counter showed the gap, frames later), so where the stream has a
+    transport-stream PID the counter is read again, from the keyframe before the flagged
+    packet to the packet after it, and the packet that held the lost bytes is the last one
+    that starts before them. A gap where a joined recording's next part starts (``joins``:
+    byte offsets of the segments' first packets) lost nothing: the counter starts over there.
+    Where the counter cannot be read, the flagged packet and the one before it are marked."""
+    hit = [n for n, r in enumerate(rows) if r[4] in corrupt]
+    starts: set[int] = set()
+    keys = [n for n, r in enumerate(rows) if r[1]]
+    found: dict[int, list[int] | None] = {}
+    for n in hit:
+        k = keys[max(0, bisect_right(keys, n - 1) - 2)] if keys else 0
+        after = rows[n + 1][3] if n + 1 < len(rows) else Path(path).stat().st_size
+        found[n] = _continuity_gaps(path, pid, rows[k][3], max(after, rows[n][3]) + 188) \
+            if pid is not None and rows[k][3] >= 0 and rows[n][3] >= 0 else None
+    placed = {rows[n][4] for n, gaps in found.items() if gaps}  # dts whose gap was found
+    for n, gaps in found.items():
+        k = keys[max(0, bisect_right(keys, n - 1) - 2)] if keys else 0
+        if not gaps:
+            # The dts names a packet of another part of a joined recording (dts start over),
+            # or nothing places the loss: then the flagged packet and the one before.
+            if rows[n][4] not in placed:
+                starts |= {max(0, n - 1), n}
+            continue
+        for gap in gaps:
+            if gap in joins:
+                continue
+            held = [m for m in range(k, min(n + 2, len(rows))) if 0 <= rows[m][3] < gap]
+            if held:
+                starts.add(held[-1])
+    out, bad, before_bad, key_pts = [], False, False, None
+    for n, r in enumerate(rows):
+        if r[1] and n not in hit:
+            bad, before_bad, key_pts = False, bad, r[0]
+        elif key_pts is not None and r[0] >= key_pts:
+            key_pts = None  # past this keyframe's leading pictures
+        bad |= n in starts
+        leading = before_bad and key_pts is not None and r[0] < key_pts
+        out.append((*r, True) if bad or leading else r)
+    return out
 
 
 def _decodable_rows(path: Path, rows: list, container: str, time_base: Fraction, timeout: float) -> list:
@@ -437,6 +532,31 @@ def _decodable_rows(path: Path, rows: list, container: str, time_base: Fraction,
     if bad is None:
         return rows
     return rows[:last_key] + [r for r in rows[last_key:] if r[0] < bad]
+
+
+def _continuity_gaps(path: Path, pid: int, start: int, end: int) -> list[int]:
+    """Byte offsets, between ``start`` and ``end``, of the transport-stream packets of ``pid``
+    whose continuity counter skips: packets were lost just before each."""
+    with open(path, "rb") as f:
+        head = f.read(400)
+        unit = next((u for u, sync in ((188, 0), (192, 4)) if len(head) > u + sync
+                     and head[sync] == 0x47 and head[u + sync] == 0x47), 0)
+        if not unit:
+            return []
+        sync = unit - 188
+        first = max(0, start - 2 * unit) // unit * unit
+        f.seek(first)
+        data = f.read(end - first + unit)
+    gaps, last = [], None
+    for at in range(0, len(data) - unit + 1, unit):
+        b = data[at + sync:at + sync + 4]
+        if b[0] != 0x47 or ((b[1] & 0x1F) << 8 | b[2]) != pid or not b[3] & 0x10:
+            continue
+        cc = b[3] & 0x0F
+        if last is not None and cc not in (last, (last + 1) % 16):
+            gaps.append(first + at)
+        last = cc
+    return gaps
 
 
 def _split_segments(rows: list, time_base: Fraction) -> list[list]:
@@ -492,12 +612,15 @@ def _decoded_frame_table(path: Path, time_base: Fraction, default_duration: int,
 
 
 def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, default_duration: int,
-           positions: list[int] | None = None) -> FrameTable:
+           positions: list[int] | None = None, tainted: list[bool] | None = None) -> FrameTable:
     dedup: dict[int, tuple[bool, int | None, int]] = {}
+    bad: set[int] = set()
     for n, (pts, key, dur) in enumerate(rows):
         k0, d0, p0 = dedup.get(pts, (False, None, -1))
         pos = positions[n] if positions else -1
         dedup[pts] = (k0 or key, dur if dur is not None else d0, p0 if p0 >= 0 else pos)
+        if tainted and tainted[n]:
+            bad.add(pts)
     pts = sorted(dedup)
     keys = [dedup[p][0] for p in pts]
     if keys and not any(keys):
@@ -512,7 +635,8 @@ def _table(rows: list[tuple[int, bool, int | None]], time_base: Fraction, defaul
     if not last or not 0.5 * min(typical, local) <= last <= 2 * max(typical, local):
         last = local
     pos = tuple(dedup[p][2] for p in pts) if positions else ()
-    return FrameTable(tuple(pts), tuple(keys), time_base, int(last), pos=pos)
+    unclean = tuple(i for i, p in enumerate(pts) if p in bad)
+    return FrameTable(tuple(pts), tuple(keys), time_base, int(last), pos=pos, unclean=unclean)
 
 
 def decodes_near_start(path: Path, timeout: float) -> bool:

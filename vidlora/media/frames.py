@@ -45,6 +45,10 @@ from vidlora.media.sampling import SamplingPolicy, plan_timestamps, target_size
 
 log = logging.getLogger(__name__)
 
+# Times a decode is tried again around damage a decoder found (each round moves the picks
+# it called dirty to clean frames): a file damaged in more places than this is refused.
+DAMAGE_ROUNDS = 3
+
 
 @dataclass(frozen=True)
 class SampledFrames:
@@ -121,6 +125,23 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
     picks = sorted(set(chosen))
     # A damaged pick's replacement stays inside the window: after the frame shown before it.
     floor = max(0, bisect_right(times, policy.start_s + 1e-9) - 1) - 1 if policy.start_s else -1
+    # Frames that decode from damaged data (the demuxer's word, then the decoder's) are never
+    # stored as pictures of the recording: a pick there moves to the nearest clean frame.
+    targets_at = list(chosen)
+    end = bisect_right(times, policy.end_s + 1e-9) if policy.end_s is not None else len(times)
+    unclean = set(table.unclean)
+    damage_note = None
+
+    def avoid_damage() -> None:
+        nonlocal chosen, picks, damage_note
+        chosen, moved, lost = clean_picks(targets_at, unclean, floor, end)
+        if lost:
+            raise BadVideo(reasons.damaged_stretch(len(lost), len(chosen), [round(times[i], 2) for i in sorted(unclean)]))
+        damage_note = reasons.replaced_damaged(moved, [round(times[i], 2) for i in sorted(unclean)]) if moved else None
+        picks = sorted(set(chosen))
+
+    if unclean:
+        avoid_damage()
     deinterlace = info.interlaced and policy.deinterlace == "auto"
     width, height = target_size(info.width, info.height, policy.max_pixels, policy.min_pixels)
     stored = (height, width) if info.rotation in (90, 270) else (width, height)
@@ -137,7 +158,10 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
         return again
     errors: list[str] = []
     timed_out = False
-    for backend in order:
+    rounds = 0
+    left = list(order)
+    while left:
+        backend = left[0]
         tmp = out_dir.parent / f".{out_dir.name}.{backend}.{os.getpid()}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -147,10 +171,18 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
                    "watchdog_s": s.decode_timeout_s + 30, "deinterlace": deinterlace,
                    "container": info.container, "floor": floor}
             att = _run_worker(job, s.decode_timeout_s)
+            if att.damaged and rounds < DAMAGE_ROUNDS:
+                # Damage the demuxer did not name: those picks, and what decodes after them up
+                # to the next keyframe, are unclean; decode again around them.
+                rounds += 1
+                unclean |= dirty_until_key(table, att.damaged)
+                avoid_damage()
+                continue
             if att.damaged:
                 # Another backend would decode the same damaged data, maybe without saying so.
                 worst = [round(times[i], 2) for i in sorted(att.damaged)[:3]]
-                raise BadVideo(reasons.damaged(len(att.damaged), len(picks), worst))
+                bad = sum(1 for i in chosen if i in set(att.damaged))
+                raise BadVideo(reasons.damaged(bad, len(chosen), worst))
             delivered = _delivered(att.pts, picks, table, att.replaced, floor) if att.ok else None
             if att.ok and delivered is None:
                 att = _Attempt(False, error="delivered frames with other timestamps than asked for")
@@ -161,19 +193,63 @@ def sample_video(path: Path, policy: SamplingPolicy, out_dir: Path, info: ProbeI
                 result = SampledFrames(
                     timestamps=[round(times[i], 6) for i in shown], files=files,
                     width=width, height=height, backend=backend,
-                    deinterlace="bwdif" if deinterlace else None, note="; ".join(att.notes) or None)
+                    deinterlace="bwdif" if deinterlace else None,
+                    note="; ".join([*([damage_note] if damage_note else []), *att.notes]) or None)
                 if reuse is not None:
                     reuse.keep(job_key, result, out_dir)
                 return result
             timed_out |= att.timed_out
             errors.append(f"{backend}: {att.error}")
+            left.pop(0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     # What each backend said goes to the log; the reason is the vocabulary's sentence.
     log.info("sampling %s failed: %s", path.name, plain_words("; ".join(errors), path, 600))
     if timed_out:
         raise BadVideo(reasons.DECODER_TIMED_OUT, detail="; ".join(errors))
+    if unclean:  # a file damaged in places is not fixed by re-encoding it
+        raise BadVideo(reasons.damaged_in_places([round(times[i], 2) for i in sorted(unclean)]),
+                       detail=plain_words("; ".join(errors), path, 600))
     raise BadVideo(reasons.decoding_failed(info.codec), detail=plain_words("; ".join(errors), path, 600))
+
+
+def dirty_until_key(table: FrameTable, picks: list[int]) -> set[int]:
+    """Frames a decoder found dirty, and those after each up to the next keyframe: they
+    reference it, and the decoders call them dirty too."""
+    out: set[int] = set()
+    for i in picks:
+        j = i
+        while j < len(table.pts) and (j == i or not table.keyframe[j]):
+            out.add(j)
+            j += 1
+    return out
+
+
+def clean_picks(chosen: list[int], unclean: set[int], floor: int, end: int) -> tuple[list[int], int, list[int]]:
+    """Each chosen frame that decodes from damaged data moved to the nearest clean frame
+    between its neighbours' (after the previous one, and after ``floor``, a window's start;
+    before the next one, and before ``end``, a window's end); where the damage spans that
+    whole gap, to the clean frame before it (the one the previous sample shows, at worst:
+    a picture of the recording, never a concealed one). Returns (chosen, how many moved,
+    the chosen frames that have no clean frame there)."""
+    out, moved, lost = [], 0, []
+    for n, c in enumerate(chosen):
+        if c not in unclean:
+            out.append(c)
+            continue
+        lo = max(floor, chosen[n - 1] if n else -1)
+        hi = min(end, chosen[n + 1] if n + 1 < len(chosen) else end)
+        near = [j for j in range(lo + 1, hi) if j not in unclean]
+        if not near:  # times stay in order: no earlier than the previous sample's frame
+            lo = max(floor, out[-1] - 1 if out else -1)
+            near = [j for j in range(c - 1, lo, -1) if j not in unclean][:1]
+        if not near:
+            lost.append(n)
+            out.append(c)
+            continue
+        out.append(min(near, key=lambda j: (abs(j - c), j)))
+        moved += 1
+    return out, moved, [out[n] for n in lost]
 
 
 def _delivered(pts: list[int] | None, picks: list[int], table: FrameTable,

@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from itertools import islice
 from pathlib import Path
 
 from vidlora.config import Settings, get_settings
 from vidlora.media import decode_server, reasons
+from vidlora.media.cut_ends import cut_mid_box, cut_mid_element
 from vidlora.media.ffprobe import (
     DISCONTINUOUS, INTERLACED, FrameTable, ProbeError, cut_mid_packet, decodes_near_start, detect_field_order,
     probe_header_and_packets, read_frame_table,
@@ -77,7 +79,8 @@ class ProbeInfo:
     # The span the file's header declares, when it declares one; a partial file (a copy cut
     # short, a card that filled up) declares more than its packets hold.
     declared_duration_s: float | None = None
-    # The file ends before its declared end, or part-way through a packet: it is analysed as
+    # The file ends before its declared end, or part-way through a packet, element or box (cut
+    # short, or copied while still being written): it is analysed as
     # far as it decodes, and flagged.
     truncated: bool = False
 
@@ -148,7 +151,7 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     fps = _rate(st.get("avg_frame_rate")) or _rate(st.get("r_frame_rate"))
     # The length limit is applied to what the packets hold (below), not to this: a header that
     # declares 100 hours over 3 s of video is a partial or mislabelled file, not a long one.
-    declared = _declared_span(st, fmt, streams, _container(fmt_name, path), fps)
+    declared = _declared_span(st, fmt, streams, _container(fmt_name, path), fps, _first_pts_s(packets, time_base))
     frame_dur = int(round(1 / (fps * time_base))) if fps else 0
     try:
         table = read_frame_table(path, time_base, frame_dur, timeout, _container(fmt_name, path), declared or None,
@@ -200,8 +203,12 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
         # ffprobe's figure for TS/PS is its own estimate from the packets, and a header that
         # declares less than the packets hold (MKV written with negative timestamps) is wrong.
         declared = 0.0
-    truncated = bool(declared and declared - duration > max(1.0, 0.02 * declared)) \
-        or (container in ("mpegts", "mpegtsraw") and cut_mid_packet(path))
+    truncated = bool(declared and declared - duration > max(1.0, 0.02 * declared))
+    if not truncated and _ends_mid_structure(container, path):
+        # A snapshot of a recording still being written (MKV, fragmented MP4) declares no more
+        # than it holds (ffprobe's span of a fragmented MP4 is that of the fragments present):
+        # it shows the cut only by ending inside its last cluster or box.
+        truncated, declared = True, 0.0
     info = ProbeInfo(
         container=container, codec=codec, width=width, height=height,
         rotation=rotation, fps=round(float(fps), 6), duration_s=round(duration, 6),
@@ -212,7 +219,28 @@ def probe_with_table(path: Path, settings: Settings | None = None) -> tuple[Prob
     return info, table
 
 
-def _declared_span(st: dict, fmt: dict, streams: list[dict], container: str, fps: float) -> float:
+def _first_pts_s(packets, time_base: Fraction) -> float | None:
+    """The video's first presentation time from its first packets (reordering puts it among
+    the first few), or None where the packets were not read with the header."""
+    if packets is None:
+        return None
+    first = [row[0] for row in islice(packets, 64) if row[0] is not None]
+    return float(min(first) * time_base) if first else None
+
+
+def _ends_mid_structure(container: str, path: Path) -> bool:
+    """The file ends part-way through a packet (TS), element (Matroska) or box (MP4)."""
+    if container in ("mpegts", "mpegtsraw"):
+        return cut_mid_packet(path)
+    if container in ("matroska", "webm"):
+        return cut_mid_element(path)
+    if container in ("mp4", "mov"):
+        return cut_mid_box(path)
+    return False
+
+
+def _declared_span(st: dict, fmt: dict, streams: list[dict], container: str, fps: float,
+                   first_s: float | None = None) -> float:
     """The video stream's own span as the header declares it (0.0: it declares none).
 
     Per stream, never the file's: the file's duration is its longest stream's, and audio that
@@ -221,18 +249,23 @@ def _declared_span(st: dict, fmt: dict, streams: list[dict], container: str, fps
     - AVI: the header's frame count at the header's rate. ffprobe's duration there is an
       estimate from the data present, so a cut AVI looked complete.
     - Matroska/WebM keep no per-stream duration field; the muxer's ``DURATION`` tag is the
-      stream's end time, so its span is that tag less the stream's start.
+      stream's end time, so its span is that tag less the stream's first picture (``first_s``).
+      ffprobe's own start and duration for such a stream are the file's where the file starts
+      below zero (Opus audio's pre-skip): audio 5 s ahead of the video read as 5 s missing.
     - Elsewhere the stream's duration (MP4/MOV index), else the file's where the video is the
       file's only stream.
     """
     frames = _int(st.get("nb_frames"))
     if container == "avi" and frames and fps:
         return frames / fps
+    tags = {str(k).lower(): v for k, v in (st.get("tags") or {}).items()}
+    end = _clock(tags.get("duration"))
+    if end and container in ("matroska", "webm"):
+        start = first_s if first_s is not None else _float(st.get("start_time")) or 0.0
+        return max(0.0, end - start)
     own = _float(st.get("duration"))
     if own:
         return own
-    tags = {str(k).lower(): v for k, v in (st.get("tags") or {}).items()}
-    end = _clock(tags.get("duration"))
     if end:
         return max(0.0, end - (_float(st.get("start_time")) or 0.0))
     if len(streams) == 1:

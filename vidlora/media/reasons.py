@@ -20,8 +20,8 @@ EMPTY = "empty file (0 bytes): the upload holds no data. Upload the file again."
 TEXT = "not a video file (text). Upload the video itself."
 UNRECOGNISED = "not a video file (unrecognised data): no container format matches it. Upload the video itself."
 NO_STREAMS = "not a video file: it holds no audio or video streams (its header may be damaged). Upload the video itself."
-MOOV_MISSING = ("truncated or incomplete MP4: the index (moov atom) is missing, so no frame can be found. "
-                + REUPLOAD)
+MOOV_MISSING = ("truncated or incomplete MP4 (cut short, or copied while still being written): the index "
+                "(moov atom) is missing. " + REUPLOAD)
 HEADER_CUT = "truncated or damaged header: the file ends or breaks inside its header. " + REUPLOAD
 AUDIO_ONLY = "no video stream (audio-only file): there are no pictures to analyse. Upload a video."
 NO_VIDEO = "no video stream: the file holds no pictures to analyse. Upload a video."
@@ -84,6 +84,35 @@ def damaged(bad: int, sampled: int, at: list[float]) -> str:
     where = ", ".join(f"{t:g} s" for t in at)
     return (f"damaged video: {bad} of {sampled} sampled frames decode only with errors and have no clean "
             f"frame nearby (at {where}). Upload an undamaged copy.")
+
+
+def _spans(at: list[float]) -> str:
+    """Sorted instants as runs: "3.6-4 s, 7.2 s" (neighbours within a second join a run)."""
+    runs: list[list[float]] = []
+    for t in sorted(at):
+        if runs and t - runs[-1][1] <= 1.0:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    shown = [f"{a:g}-{b:g} s" if b > a else f"{a:g} s" for a, b in runs[:2]]
+    return ", ".join(shown) + (" and elsewhere" if len(runs) > 2 else "")
+
+
+def replaced_damaged(moved: int, at: list[float]) -> str:
+    """The frame set's note when sampled frames fell where the file lost data."""
+    frames = "frame there was" if moved == 1 else "frames there were"
+    return (f"the file is damaged at {_spans(at)} (data lost in recording or copying): {moved} sampled "
+            f"{frames} replaced by the nearest clean frame, each shown with its own time")
+
+
+def damaged_stretch(bad: int, sampled: int, at: list[float]) -> str:
+    return (f"damaged video: {bad} of {sampled} sampled frames fall where the file is damaged ({_spans(at)}) "
+            "and have no clean frame nearby. Upload an undamaged copy.")
+
+
+def damaged_in_places(at: list[float]) -> str:
+    return (f"damaged video: the file is damaged at {_spans(at)} and the sampled frames around it do not "
+            "decode. Upload an undamaged copy.")
 
 
 def window_after_end(start: float, duration: float) -> str:

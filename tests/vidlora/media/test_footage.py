@@ -14,7 +14,6 @@ per pick, not the whole file.
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,14 @@ import pytest
 from PIL import Image
 
 from tests.support.corpus import (
-    DECLARED_HOURS, FOOTAGE_FPS, LONG_TS_FPS, LONG_TS_S, footage_videos, read_frame_code, round2_videos,
+    DECLARED_HOURS, DROPOUT_AT_S, FOOTAGE_FPS, LONG_TS_FPS, LONG_TS_S, OPEN_GOP_CUT_FRAMES, footage_videos,
+    read_frame_code, round2_videos, round3_videos, snapshot,
 )
+from tests.support.reference import matches_reference, psnr, reference_frames
 from vidlora.config import Settings
 from vidlora.media import decoders
 from vidlora.media.frames import _delivered, sample_video
-from vidlora.media.probe import probe, probe_with_table
+from vidlora.media.probe import BadVideo, probe, probe_with_table
 from vidlora.media.sampling import SamplingPolicy, plan_timestamps
 
 from .conftest import decoded_frame_times
@@ -39,23 +40,6 @@ WOVEN = {"avchd_mts", "dvd_vob", "dv_avi"}
 @pytest.fixture(scope="module")
 def footage(corpus_dir):
     return {**footage_videos(corpus_dir / "footage"), **round2_videos(corpus_dir / "footage2")}
-
-
-def reference_frames(path: Path, size: tuple[int, int], deinterlace: bool) -> np.ndarray:
-    """Every frame in presentation order, decoded from the start by ffmpeg (timestamps made
-    continuous across a join, as ffmpeg does without -copyts), scaled like the sampler scales."""
-    w, h = size
-    vf = ("bwdif=mode=send_frame:parity=auto:deint=all," if deinterlace else "") + \
-        f"scale={w}:{h}:flags=bicubic,format=rgb24"
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-i", str(path), "-map", "0:v:0", "-vf", vf,
-                          "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-                         capture_output=True, check=True).stdout
-    return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * math.log10(255 ** 2 / mse)
 
 
 def combing(path: Path) -> float:
@@ -234,3 +218,84 @@ def test_a_windowed_policy_replaces_a_damaged_pick_only_inside_its_window():
     assert _delivered([table.pts[9]], [12], table, (12,), floor=-1) == [9]
     assert _delivered([table.pts[9]], [12], table, (12,), floor=9) is None
     assert _delivered([table.pts[11]], [12], table, (12,), floor=9) == [11]
+
+
+# -- third round (issue 62): drop-outs, cut open GOPs, files still being written -------------
+
+
+@pytest.fixture(scope="module")
+def round3(corpus_dir):
+    return round3_videos(corpus_dir / "footage3")
+
+
+@pytest.mark.parametrize("frames, pixels", [(8, 192 * 160), (16, 192 * 160), (8, 176 * 144)])
+def test_a_drop_out_inside_a_gop_is_never_stored_as_a_picture(round3, frames, pixels, tmp_path):
+    """A transport stream that lost packets at 2.8 s, inside a GOP that runs to its end: the
+    decoder conceals every picture from there on. Each sample that falls there is the nearest
+    clean frame, at its own time, and the frame set says so; every stored picture is the
+    undamaged recording's frame at that time (was: the pick at 3.75 s the concealment, or the
+    video refused "decoding failed ... Re-encode it")."""
+    path = round3["dropout_ts"]
+    info = probe(path)
+    res = sample_video(path, SamplingPolicy(mode="uniform", num_frames=frames, max_pixels=pixels), tmp_path / "f",
+                       info=info)
+    assert len(res.timestamps) == frames and res.timestamps == sorted(res.timestamps)
+    assert max(res.timestamps) < DROPOUT_AT_S, res.timestamps
+    assert res.note and "damaged at 2.7" in res.note and "replaced by the nearest clean frame" in res.note, res.note
+    # The clean recording the drop-out came from, decoded from the start: the same frames.
+    matches_reference(res, tmp_path, reference_frames(round3["dropout_src_ts"], (res.width, res.height), False))
+
+
+def test_a_window_inside_a_drop_out_is_refused_saying_where_the_file_is_damaged(round3, tmp_path):
+    path = round3["dropout_ts"]
+    with pytest.raises(BadVideo) as exc:
+        sample_video(path, SamplingPolicy(mode="uniform", num_frames=4, start_s=3.0, end_s=3.9,
+                                          max_pixels=192 * 160), tmp_path / "f")
+    # says where the file is damaged (was: "... decode only with errors ... (at 3.12 s)", no stretch)
+    assert exc.value.reason == ("damaged video: 4 of 4 sampled frames fall where the file is damaged "
+                                "(2.8-3.96 s) and have no clean frame nearby. Upload an undamaged copy."), exc.value.reason
+
+
+@pytest.mark.parametrize("name", ["open_gop_cut_mp4", "open_gop_cut_mkv"])
+def test_an_open_gop_recording_cut_with_stream_copy_is_read_from_its_start(round3, name, tmp_path):
+    """The cut file starts at an I-frame whose leading pictures went with the GOP before it;
+    the decoder says so once ("mmco: unref short failure") and shows every frame whole, as
+    ffmpeg does. Was: "damaged video: 3 of 8 sampled frames decode only with errors"."""
+    path = round3[name]
+    info = probe(path)
+    assert info.frame_count == 75 and not info.truncated, info
+    for frames in (8, 16):
+        res = sample_video(path, SamplingPolicy(mode="uniform", num_frames=frames, max_pixels=POLICY.max_pixels),
+                           tmp_path / str(frames) / "f", info=info)
+        assert res.note is None and len(res.timestamps) == frames
+        ref = reference_frames(path, (res.width, res.height), False)
+        matches_reference(res, tmp_path / str(frames), ref, first_code=OPEN_GOP_CUT_FRAMES)
+
+
+def test_audio_five_seconds_ahead_of_the_video_is_not_a_partial_file(round3, tmp_path):
+    info = probe(round3["audio_5s_first_mkv"])
+    assert not info.truncated and info.declared_duration_s == pytest.approx(3.0, abs=0.05), info
+    res = sample_video(round3["audio_5s_first_mkv"], POLICY, tmp_path / "f", info=info)
+    matches_reference(res, tmp_path, reference_frames(round3["audio_5s_first_mkv"], (res.width, res.height), False))
+
+
+@pytest.mark.parametrize("name", ["live_mkv", "live_fmp4", "live_ts"])
+def test_a_copy_of_a_recording_still_being_written_is_a_partial_file(round3, name, tmp_path):
+    """A snapshot of a recording in progress (45 % of it, cut where a write buffer ends):
+    flagged partial, declaring nothing it does not hold, and what it holds is sampled right.
+    Was: the MKV and fragmented MP4 analysed as complete recordings."""
+    src = round3[name]
+    path = snapshot(src, tmp_path / f"part{src.suffix}", 0.45)
+    info = probe(path)
+    assert info.truncated and info.declared_duration_s is None and 1.0 < info.duration_s < 2.2, info
+    res = sample_video(path, POLICY, tmp_path / "f", info=info)
+    matches_reference(res, tmp_path, reference_frames(path, (res.width, res.height), False))
+    assert not probe(src).truncated  # the finished recording is whole
+
+
+def test_a_plain_mp4_still_being_written_is_refused_saying_so(round3, tmp_path):
+    whole = round3["open_gop_cut_mp4"]  # index at the end, as a recorder writes it
+    path = snapshot(whole, tmp_path / "part.mp4", 0.5)
+    with pytest.raises(BadVideo) as exc:
+        probe(path)
+    assert "still being written" in exc.value.reason, exc.value.reason

@@ -28,7 +28,9 @@ def test_every_fixed_reason_is_an_actionable_sentence():
     made = [reasons.image("webp"), reasons.unsupported_fourcc("VLRX"), reasons.undecodable("av1"),
             reasons.declared_but_unreadable(150, 5.0), reasons.too_large(9000, 9000, 8192 * 8192),
             reasons.absurd_aspect(20000, 20, 200), reasons.too_long(30000, 21600),
-            reasons.damaged(3, 8, [1.2, 2.4, 3.6]), reasons.window_after_end(6, 5)]
+            reasons.damaged(3, 8, [1.2, 2.4, 3.6]), reasons.window_after_end(6, 5),
+            reasons.damaged_stretch(8, 8, [1.2, 1.6, 3.0, 7.5, 9.0, 12.25]),
+            reasons.damaged_in_places([1.2, 1.6, 3.0, 7.5, 9.0, 12.25])]
     assert len(fixed) >= 15
     for reason in fixed + made:
         assert sentences_ok(reason), reason
