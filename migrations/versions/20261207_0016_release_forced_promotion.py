@@ -5,8 +5,8 @@ serves a candidate the gold-set check refused (refusals, errors, missing answers
 the serving version beyond its interval); the release keeps the person's reason and what the
 check said, so the history tells why a version that failed its exam served.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-07 04:00:00
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0014'
-down_revision = '0013'
+revision = '0016'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 
