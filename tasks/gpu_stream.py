@@ -278,10 +278,16 @@ def _retrying(action, give_up, first_wait_s: float = 0.5, max_wait_s: float = 30
 def release_abandoned(worker_name: str) -> int:
     """Analyses RUNNING on this worker's name when it starts were held by a process that died
     under the same name (a supervisor restart): they go back to ready, the attempt cap still
-    applies at their next claim. Called before the worker consumes."""
+    applies at their next claim. So do analyses QUEUED to this name: their message was sent to
+    the dead process, which had it unacknowledged (prefetched, or taken from Redis but not yet
+    claimed), and Redis hands it back only after its visibility timeout (hours), the reconciler
+    only after ``stale_after_s``. If such a message was in fact still waiting in the queue, the
+    re-sent one and it both arrive: the first claim runs the analysis, the other is skipped
+    (the claim takes only what is still queued or ready). Called before the worker consumes."""
     with session_scope() as session:
         ids = list(session.scalars(select(Analysis.id).where(
-            Analysis.status == AnalysisStatus.RUNNING, Analysis.worker == worker_name)))
+            Analysis.status.in_((AnalysisStatus.RUNNING, AnalysisStatus.QUEUED)),
+            Analysis.worker == worker_name)))
         if ids:
             session.execute(update(Analysis).where(Analysis.id.in_(ids)).values(
                 status=AnalysisStatus.READY, ready_at=utcnow(), worker=None,
