@@ -45,16 +45,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.alternate import alternate
     from bench.gpu.synthetic_videos import SIZE, TIMESTAMPS, frames_for
+    from testmodels.tiny import build
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest
     from vidlora.scenarios import load_scenarios
-    from workers import tiny_model
     from workers.engine_env import dist_version
     from workers.engine_host import EngineHost
     from workers.engine_stream import EngineStream
 
     model = Path(a.model)
-    tiny_model.build(model)
+    build(model)
     work = Path(tempfile.mkdtemp(prefix="engine-thread-"))
     s = Settings(var_dir=work, model=str(model / "base"), adapter_root=model / "adapters", max_loras=3,
                  max_cpu_loras=3, max_lora_rank=8, max_model_len=4096, max_num_seqs=16, enforce_eager=True)
