@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         split = {part: round(max((t for k, t in cum.items() if k.endswith(name)), default=0.0) / total, 3)
                  for part, name in (("render (multimodal processing, tokenizing)", "base.py:render_cmpl"),
                                     ("engine add_request", "llm_engine.py:add_request"),
-                                    ("lora_request (vidlora)", "engine_host.py:lora_request"))}
+                                    ("lora_request (vidlora)", "engine_adapters.py:lora_request"))}
         print(f"SUBMIT SPLIT (share of submit's time under cProfile): {split}")
     if a.json:
         Path(a.json).write_text(json.dumps({
