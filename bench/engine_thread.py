@@ -45,16 +45,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.alternate import alternate
     from bench.gpu.synthetic_videos import SIZE, TIMESTAMPS, frames_for
+    from testmodels.tiny import build
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest
     from vidlora.scenarios import load_scenarios
-    from workers import tiny_model
     from workers.engine_env import dist_version
     from workers.engine_host import EngineHost
     from workers.engine_stream import EngineStream
 
     model = Path(a.model)
-    tiny_model.build(model)
+    build(model)
     work = Path(tempfile.mkdtemp(prefix="engine-thread-"))
     s = Settings(var_dir=work, model=str(model / "base"), adapter_root=model / "adapters", max_loras=3,
                  max_cpu_loras=3, max_lora_rank=8, max_model_len=4096, max_num_seqs=16, enforce_eager=True)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         split = {part: round(max((t for k, t in cum.items() if k.endswith(name)), default=0.0) / total, 3)
                  for part, name in (("render (multimodal processing, tokenizing)", "base.py:render_cmpl"),
                                     ("engine add_request", "llm_engine.py:add_request"),
-                                    ("lora_request (vidlora)", "engine_host.py:lora_request"))}
+                                    ("lora_request (vidlora)", "engine_adapters.py:lora_request"))}
         print(f"SUBMIT SPLIT (share of submit's time under cProfile): {split}")
     if a.json:
         Path(a.json).write_text(json.dumps({

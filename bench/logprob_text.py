@@ -37,16 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.v1.engine.output_processor import OutputProcessor
 
     from bench.alternate import alternate
+    from testmodels.tiny import build
     from vidlora.config import Settings
     from vidlora.engine_io import AnalysisRequest
     from vidlora.scenarios import load_scenarios
-    from workers import engine_host, tiny_model
+    from workers import engine_host
     from workers.engine_env import dist_version
     from workers.engine_host import EngineHost
     from workers.engine_stream import EngineStream
 
     model = Path(a.model)
-    tiny_model.build(model)
+    build(model)
     s = Settings(var_dir=Path(tempfile.mkdtemp(prefix="logprob-text-")), model=str(model / "base"),
                  adapter_root=model / "adapters", max_loras=2, max_cpu_loras=2, max_lora_rank=8,
                  max_model_len=1024, max_num_seqs=a.requests, enforce_eager=True)

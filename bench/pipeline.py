@@ -85,9 +85,9 @@ class Services:
             **(extra_env or {}),
         })
         if not (Path(os.environ["VIDLORA_MODEL"]) / "config.json").is_file():
-            from workers import tiny_model
+            from testmodels.tiny import build
 
-            tiny_model.build(tiny)
+            build(tiny)
         self.workers: list[WorkerProcess] = []
 
     def __enter__(self) -> "Services":

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testmodels import tiny  # noqa: E402
 from vidlora import scenes  # noqa: E402
-from workers import tiny_model  # noqa: E402
 
 # The device run sets OUT (files it returns); elsewhere results go under the repo's var/.
 OUT = Path(os.environ.get("OUT") or Path(__file__).resolve().parents[1] / "var" / "seeing-spike")
@@ -44,13 +44,13 @@ def patchify(frames: np.ndarray) -> tuple[torch.Tensor, list[int]]:
 def build(tok, hidden: int, layers: int, vdepth: int, vhidden: int):
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    ids = {t: tok.convert_tokens_to_ids(t) for t in tiny_model.SPECIAL_TOKENS}
-    text = dict(tiny_model.TEXT_CONFIG, vocab_size=len(tok), eos_token_id=ids["<|im_end|>"], bos_token_id=None,
+    ids = {t: tok.convert_tokens_to_ids(t) for t in tiny.SPECIAL_TOKENS}
+    text = dict(tiny.TEXT_CONFIG, vocab_size=len(tok), eos_token_id=ids["<|im_end|>"], bos_token_id=None,
                 pad_token_id=ids["<|endoftext|>"], hidden_size=hidden, intermediate_size=hidden * 2,
                 num_hidden_layers=layers,
                 layer_types=(["linear_attention"] * 3 + ["full_attention"]) * (layers // 4))
     text.pop("full_attention_interval", None)
-    vision = dict(tiny_model.VISION_CONFIG, depth=vdepth, hidden_size=vhidden, intermediate_size=vhidden * 2,
+    vision = dict(tiny.VISION_CONFIG, depth=vdepth, hidden_size=vhidden, intermediate_size=vhidden * 2,
                   num_heads=max(2, vhidden // 32), out_hidden_size=hidden)
     cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
                         video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
@@ -126,7 +126,7 @@ def forward(model, input_ids, attn, pix, grid, labels=None):
 
 def run(hidden, layers, vdepth, vhidden, steps, batch, lr, log):
     global VIDEO_PAD
-    tok = tiny_model.build_tokenizer()
+    tok = tiny.build_tokenizer()
     model, ids = build(tok, hidden, layers, vdepth, vhidden)
     VIDEO_PAD = ids["<|video_pad|>"]
     model.to(DEV, dtype=torch.float32).train()  # fp32 master weights; bf16 autocast on the GPU

@@ -98,7 +98,7 @@ def main() -> None:
     model = os.environ.get("VIDLORA_MODEL", str(tiny / "base"))
     adapters = Path(os.environ.get("VIDLORA_ADAPTER_ROOT", str(tiny / "adapters")))
     if model == str(tiny / "base") and not Path(model).exists():
-        from workers.tiny_model import build
+        from testmodels.tiny import build
         build(tiny, None)
     specs = [s for s in load_scenarios(ROOT / "scenarios.yaml", adapters) if s.output_schema]
     host = EngineHost(Settings(var_dir=ROOT / "var" / "bench", model=model, adapter_root=adapters,

@@ -45,7 +45,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 def _ensure_model(settings) -> None:
     tiny_root = settings.var_dir / "tiny-model"
     if Path(settings.model) == tiny_root / "base":
-        from workers.tiny_model import build
+        from testmodels.tiny import build
 
         click.echo("building the tiny random Qwen3.5 model and its adapters ...")
         build(tiny_root, None)

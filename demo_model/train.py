@@ -36,8 +36,8 @@ from typing import Any
 
 from demo_model import WEIGHTS
 from demo_model.data import GENERIC_ANSWERS, SIZE, Encoder, ScenarioText, answer_text, collate
+from testmodels import tiny
 from vidlora import scenes
-from workers import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS_FILE = REPO / "scenarios.yaml"
@@ -48,11 +48,11 @@ SEED = 2026
 # Text width 128 (the spike's smallest that learnt the scenes, bench/results/seeing_spike.md) and
 # a 3-block vision tower 96 wide: what fits the 5 MB the repo ships (bf16 base and adapters).
 # GDN head sizes stay 128 for vLLM's CPU kernel.
-TEXT = dict(tiny_model.TEXT_CONFIG, hidden_size=128, intermediate_size=192)
-VISION = dict(tiny_model.VISION_CONFIG, depth=3, hidden_size=96, intermediate_size=192, num_heads=3,
+TEXT = dict(tiny.TEXT_CONFIG, hidden_size=128, intermediate_size=192)
+VISION = dict(tiny.VISION_CONFIG, depth=3, hidden_size=96, intermediate_size=192, num_heads=3,
               out_hidden_size=128)
 BPE_VOCAB = 704
-LORA = {"r": 8, "lora_alpha": 16, "targets": tiny_model.LORA_TARGETS}
+LORA = {"r": 8, "lora_alpha": 16, "targets": tiny.LORA_TARGETS}
 PER_GROUP = 8  # examples per scenario group and in the no-adapter group, each step
 LR, WARMUP_STEPS = 2e-3, 50
 VISION_LR_SCALE = 0.1  # stage 2 adjusts the tower stage 1 trained
@@ -66,7 +66,7 @@ EVAL_SEEDS = 48
 def corpus(scenarios: dict[str, ScenarioText]) -> str:
     """The tokenizer's training text: the tiny model's corpus plus every prompt and the answers
     in every scenario's schema, so that prompts and answers are short sequences of tokens."""
-    parts = [tiny_model._CORPUS]
+    parts = [tiny._CORPUS]
     for spec in scenarios.values():
         parts += [spec.system or "", spec.prompt]
     for kind in scenes.KINDS:
@@ -95,13 +95,13 @@ def write_base_files(base: Path, scenarios: dict[str, ScenarioText]):
     """Tokenizer, processor and generation configs, and the model config: the base's files
     other than its weights. Returns (tokenizer, config)."""
     base.mkdir(parents=True, exist_ok=True)
-    tok = tiny_model.build_tokenizer(corpus(scenarios), BPE_VOCAB)
+    tok = tiny.build_tokenizer(corpus(scenarios), BPE_VOCAB)
     check_glyph_tokens(tok)
-    config = tiny_model.model_config(tok, TEXT, VISION)
+    config = tiny.model_config(tok, TEXT, VISION)
     config.save_pretrained(str(base))
     tok.save_pretrained(str(base))
-    tiny_model.write_processor_configs(base)
-    tiny_model.write_generation_config(base, tok)
+    tiny.write_processor_configs(base)
+    tiny.write_generation_config(base, tok)
     return tok, config
 
 

@@ -105,7 +105,7 @@ ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP = ["gate_proj", "up_proj", "down_proj"]
 TINY = Path(__file__).resolve().parents[1] / "var" / "tiny-model" / "base"
 # The MoE shapes take their config layout (qwen3_5_moe, Qwen3_5MoeForConditionalGeneration),
-# tokenizer and processor files from the tiny MoE model (workers.tiny_moe_model).
+# tokenizer and processor files from the tiny MoE model (testmodels.tiny_moe).
 TINY_MOE = Path(__file__).resolve().parents[1] / "var" / "tiny-moe-model" / "base"
 
 

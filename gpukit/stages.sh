@@ -239,7 +239,7 @@ moe_stage() {  # issue 36 (see the header); the verify engines are small so each
   # is there for its registration verdict only.
   L=${MOE_LAYERS:-4} D=$SCRATCH/moe35_${MOE_LAYERS:-4}
   # The MoE config layout and tokenizer come from the tiny MoE model (carried, or built here in ~20 s).
-  [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m workers.tiny_moe_model --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
+  [ -f $REPO/var/tiny-moe-model/base/config.json ] || python3 -m testmodels.tiny_moe --out $REPO/var/tiny-moe-model > $RES/tiny_moe.log 2>&1
   [ -f $D/assets.json ] || { log "assets moe35 x$L"; python3 -m gpukit.assets --out $D --shape moe35 --layers $L \
     --adapters 1 --rank 16 --weights random > $RES/assets_moe.log 2>&1 || log "assets moe FAILED"; tail -1 $RES/assets_moe.log; }
   moe_check l$L $D/model $D/adapters "$VERIFYKW" --lengths 16,128,1024 --checks a,b

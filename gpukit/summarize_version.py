@@ -1,4 +1,4 @@
-"""One vLLM version's device record (issue 36) from `device_run.sh version` + `vbench` results.
+"""One vLLM version's device record (issue 36) from `stages.sh version` + `vbench` results.
 
     python -m gpukit.summarize_version --res RES_DIR [RES_DIR ...] --out bench/results/vllm_0.33.0
 

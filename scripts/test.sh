@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 ./scripts/install.sh
 ./scripts/install-llamafactory.sh  # LLaMA-Factory's own venv, for its recipe's check
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
-.venv/bin/python -m workers.tiny_model --out var/tiny-model
+.venv/bin/python -m testmodels.tiny --out var/tiny-model
 exec .venv/bin/python -m pytest "$@"

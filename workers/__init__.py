@@ -1,4 +1,3 @@
-"""The GPU side: one vLLM engine per process serving every adapter (`engine_host`), the GPU
-workers' registry and heartbeats, and the tiny random-weight Qwen3.5 model the embedded
-default runs on. Celery is not imported here: the worker process that hosts an engine is
-`tasks.gpu_worker`."""
+"""The GPU side: one vLLM engine per process serving every adapter (`engine_host`), the loop
+that keeps it full (`engine_stream`), and the GPU workers' registry and heartbeats. Celery is
+not imported here: the worker process that hosts an engine is `tasks.gpu_worker`."""

@@ -38,33 +38,32 @@ engine, and every returned ``AnalysisOutput`` carries ``health`` (a
 A canary runs when the engine is built and after every recovery step; the latest one (plus
 the quarantined adapters) is ``last_canary()``, which the worker's heartbeat publishes.
 
-Beside this module: ``workers.engine_env`` (the process and device: engine_patch, the kernel
-check, memory after a close, versions) and ``workers.engine_outputs`` (vLLM outputs read into
-``AnalysisOutput``).
+This module builds the engine and runs it: start and its settings, the guarded batch, and the
+stream's one-request-at-a-time calls. ``EngineHost`` takes the rest from its siblings, one
+concern each, all on the one object so every caller keeps one host:
+``workers.engine_adapters`` (registration, device checks, the LRU mirror),
+``workers.engine_startup`` (the start-up checks), ``workers.engine_recovery`` (the guard's view:
+judging an output, the recovery steps, the canary) and ``workers.engine_status`` (last canary,
+cache layout and load, identity). Below them: ``workers.engine_env`` (the process and device:
+engine_patch, the kernel check, memory after a close, versions), ``workers.engine_memory``
+(vLLM's cache layout) and ``workers.engine_outputs`` (vLLM outputs read into ``AnalysisOutput``).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
-from engine_patch.env import versions
+from engine_patch.guard import Guard
 from engine_patch.moe import lora_off_reason
-from engine_patch.probes import canary, check_adapters
 from engine_patch.registration import Registration, registry_for
-from engine_patch.startup_checks import StartupCheckError, StartupReport, run_checks
-from engine_patch.guard import EngineReplaceRequired, Guard, Health, check_output
-from vidlora.admission import EngineMemory
 from vidlora.config import Settings
 from vidlora.engine_io import (
     AnalysisOutput,
@@ -73,20 +72,12 @@ from vidlora.engine_io import (
     build_input,
     sampling_params,
 )
-from workers.engine_env import (
-    apply_engine_patch,
-    config_hash,
-    device_memory_shortfall,
-    device_name,
-    dist_version,
-    empty_device_cache,
-    kernel_check_report,
-    lora_path_counts,
-    platform_is_cpu,
-    shutdown,
-)
-from workers.engine_memory import engine_load, engine_memory, in_process_core, weights_format
+from workers.engine_adapters import EngineAdapters
+from workers.engine_env import apply_engine_patch, kernel_check_report, lora_path_counts, platform_is_cpu
 from workers.engine_outputs import external_id, finish_output, input_errors, to_output
+from workers.engine_recovery import EngineRecovery
+from workers.engine_startup import EngineStartupChecks
+from workers.engine_status import EngineStatus
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +86,7 @@ log = logging.getLogger(__name__)
 CPU_KV_CACHE_BYTES_DEFAULT = 1 << 30
 
 
-def _not_served(name: str, reg: Registration) -> RequestError:
-    """Why a request's adapter is not served: the adapter's refusal, or (stage "server") the
-    server's fault, which is judged again at the next registration."""
-    if reg.stage == "server":
-        return RequestError(f"adapter {name!r} not served now: {reg.reason}")
-    return RequestError(f"adapter {name!r} refused: {reg.reason}")
-
-
-class EngineHost:
+class EngineHost(EngineAdapters, EngineStartupChecks, EngineRecovery, EngineStatus):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.llm: Any = None
@@ -207,264 +190,6 @@ class EngineHost:
         self.tokenizer = self.llm.get_tokenizer()
         self.start_seconds = time.perf_counter() - t0
         log.info("vLLM engine ready in %.1fs", self.start_seconds)
-
-    # -- start-up checks (engine_patch.startup_checks) -----------------------------------------
-
-    def startup_checks(self) -> dict[str, Any]:
-        """The start-up checks through this engine, once, after the adapters are registered
-        and before the first batch (engine_patch.startup_checks says what each catches).
-
-        - An adapter whose long-prompt canary fails (the base model's passing) is refused:
-          its verdict becomes a refusal at stage "startup", as any refused adapter is shown.
-        - An engine-level failure (mixed-adapter decode, the no-adapter request co-batched,
-          the base model's long canary) on an engine with CUDA graphs: rebuilt with
-          ``enforce_eager`` and checked again, since graph replay is the failing part in the
-          reports (SGLang #28371) and eager has no graphs to replay. Still failing, already
-          eager, or not rebuildable in this process: ``StartupCheckError`` (the worker
-          refuses to start), with the reason on the last canary the heartbeat publishes.
-
-        Returns the report (also ``startup_report``; its summary rides on ``last_canary()``).
-        """
-        with self._lock:
-            self.start()
-            report = self._startup_round()
-            mitigation = None
-            if not report.ok and not self.settings.enforce_eager:
-                first = report.engine_failure
-                log.warning("start-up checks failed with CUDA graphs (%s): rebuilding the engine eager", first)
-                self.guard.note("startup_check_failed", reason=first, mitigation="enforce_eager")
-                self.settings = self.settings.model_copy(update={"enforce_eager": True})
-                try:
-                    self.rebuild_engine()
-                except EngineReplaceRequired as exc:
-                    self._record_startup(report, None)
-                    raise self._refuse(f"{first}; the fallback without CUDA graphs needs a fresh process "
-                                       f"({exc}): set VIDLORA_ENFORCE_EAGER=true") from exc
-                report = self._startup_round()
-                mitigation = f"enforce_eager: with CUDA graphs, {first}"
-            self._record_startup(report, mitigation)
-            if not report.ok:
-                raise self._refuse(report.engine_failure or "failed")
-            if mitigation:
-                log.warning("start-up checks pass without CUDA graphs: serving eager (%s)", mitigation)
-            return self.startup_report
-
-    def _startup_round(self) -> StartupReport:
-        # Highest rank first, then by name: the long canaries' sample (startup_checks docstring).
-        accepted = sorted((r for r in self._registered.values() if r.ok), key=lambda r: (-(r.rank or 0), r.name))
-        adapters = {r.name: self._lora_for(r) for r in accepted}
-        report = run_checks(self.llm, adapters, max_loras=int(self.settings.max_loras))
-        self._touch_adapters([lr.lora_int_id for lr in adapters.values()][: int(self.settings.max_loras)])
-        self._sync_mirror()
-        for name, why in report.refused.items():
-            digest = self._registered[name].digest
-            for other, reg in list(self._registered.items()):  # every scenario serving these weights
-                if reg.digest == digest:
-                    self._registered[other] = reg.refuse(f"start-up check: {why}", "startup")
-            self._device_verdicts[digest] = self._registered[name]
-            self._forget_lora(digest)
-        return report
-
-    def _record_startup(self, report: StartupReport, mitigation: str | None) -> None:
-        self.startup_report = dict(report.as_dict(), mitigation=mitigation)
-
-    def _refuse(self, why: str) -> StartupCheckError:
-        """The error the worker refuses to start with; the reason goes on the last canary,
-        which the worker publishes on its heartbeat row before it exits."""
-        self.guard.note("startup_refused", reason=why)
-        text = f"start-up checks: {why}"
-        self.record_canary({"ok": False, "detail": text, "reason": text, "adapter": None, "step": "startup_checks",
-                            "tokens": [], "versions": versions()})
-        return StartupCheckError(f"this engine must not serve: {why}")
-
-    # -- adapters ----------------------------------------------------------------------------
-    # Every adapter reaches vLLM through engine_patch.registration (the one adapter path):
-    # normalised and checked on the host, then checked on this device (vLLM loads it, it
-    # changes the output vs the base model, its canary is healthy). A refused adapter never
-    # reaches a batch: its requests fail with the reason, and the engine never raises or
-    # rebuilds for it. Adapters are identified by the content hash of their normalised
-    # weights, so one rewritten in place is a new adapter with a new vLLM id.
-
-    def _resolve_adapter(self, req: AnalysisRequest) -> tuple[str, str] | None:
-        if not req.adapter_name and not req.adapter_path:
-            return None
-        path = req.adapter_path
-        if not path:
-            root = self.settings.adapter_root
-            if root is None:
-                raise RequestError(f"adapter {req.adapter_name!r} has no path")
-            path = str(Path(root) / str(req.adapter_name))
-        name = req.adapter_name or Path(path).name
-        return name, os.path.abspath(path)  # links are judged by the registry, not followed here
-
-    def register_adapter(self, name: str, source: str) -> Registration:
-        """The verdict on adapter ``name`` at ``source``: host checks, then device checks
-        (once per content digest and engine). Refusals are kept and shown, never raised."""
-        with self._lock:
-            reg = self.adapters.register(name, source)
-            if reg.ok and self.llm is not None:
-                reg = self._device_check(reg)
-            prev = self._registered.get(name)
-            if prev is not None and prev.digest != reg.digest:
-                log.warning("adapter %s changed (%s -> %s): registered anew", name, prev.digest, reg.digest)
-                self.guard.release(name)  # a new adapter version starts with a clean record
-            self._registered[name] = reg
-            return reg
-
-    def registrations(self) -> dict[str, dict[str, Any]]:
-        """Adapter name -> its latest verdict as plain values (heartbeat, identity, doctor)."""
-        return {name: reg.as_dict() for name, reg in sorted(self._registered.items())}
-
-    def _device_check(self, reg: Registration) -> Registration:
-        cached = self._device_verdicts.get(reg.digest)
-        if cached is not None:
-            return replace(cached, name=reg.name, source=reg.source)
-        lora = self._lora_for(reg)
-        try:
-            # vLLM's own load, outside any batch: its errors are the adapter's, not a step's.
-            self.llm.llm_engine.add_lora(lora)
-            self._touch_adapters([lora.lora_int_id])
-            checks, refusal = self._judge_adapter(lora)
-        except Exception as exc:  # noqa: BLE001 - whatever vLLM raises refuses this adapter only
-            log.warning("adapter %s: device check raised", reg.name, exc_info=True)
-            verdict = reg.refuse(f"vLLM could not serve it: {type(exc).__name__}: {exc}"[:600], "device")
-        else:
-            verdict = (reg.refuse(refusal, "device", **checks) if refusal
-                       else replace(reg, stage="device", checks=checks))
-        finally:
-            self._sync_mirror()
-        if not verdict.ok:
-            self._forget_lora(reg.digest)
-        self._device_verdicts[reg.digest] = verdict
-        return verdict
-
-    def _judge_adapter(self, lora) -> tuple[dict[str, Any], str | None]:
-        """The loaded adapter against the base model on this engine (it must change the output)
-        and its canary (the output must be sane): the checks to record, and the reason to
-        refuse it (None: serve it)."""
-        [change] = check_adapters(self.llm, [lora])
-        checks = {"max_logprob_change": round(change.max_logprob_change, 4),
-                  "tokens_differ": change.tokens_differ}
-        if not change.ok:
-            return checks, f"{change.detail} vs the base model on this engine"
-        sane = canary(self.llm, lora)
-        if not sane.ok:
-            return checks, f"canary with the adapter: {sane.detail}"
-        return {**checks, "canary_tokens": list(sane.tokens)[:8]}, None
-
-    def lora_request(self, name: str, path: str):
-        """The LoRARequest adapter ``name`` at ``path`` is served with; RequestError with the
-        registration's reason if it is refused."""
-        reg = self.register_adapter(name, path)
-        if not reg.ok:
-            raise _not_served(name, reg)
-        return self._lora_for(reg)
-
-    def _lora_for(self, reg: Registration):
-        from vllm.lora.request import LoRARequest
-
-        if reg.digest not in self._lora_ids:
-            self._new_lora_id(reg.digest, reg.name)
-        lid = self._lora_ids[reg.digest]
-        return LoRARequest(lora_name=self._lora_names[lid], lora_int_id=lid, lora_path=str(reg.path))
-
-    def _new_lora_id(self, digest: str, name: str) -> None:
-        # vLLM tells LoRARequests apart by name in places (sets of requests), so each id gets
-        # its own; names show up in vLLM's logs and metrics, so only a reload is tagged.
-        lid = self._next_lora_id
-        self._next_lora_id += 1
-        self._lora_names[lid] = name if name not in self._id_adapter.values() else f"{name}#{lid}"
-        self._lora_ids[digest] = lid
-        self._id_adapter[lid] = name
-
-    def _forget_lora(self, digest: str | None) -> None:
-        lid = self._lora_ids.pop(digest, None) if digest else None
-        if lid is None:
-            return
-        try:
-            self.llm.llm_engine.remove_lora(lid)
-        except Exception:  # noqa: BLE001 - not loaded, or already gone
-            pass
-        self._slots.pop(lid, None)
-        self._cpu_cache.pop(lid, None)
-
-    def _current_lora(self, name: str | None):
-        """The LoRARequest ``name`` is served with now (None: the base model)."""
-        if name is None:
-            return None
-        reg = self._registered.get(name)
-        if reg is None:
-            root = self.settings.adapter_root
-            return self.lora_request(name, str((Path(root or ".") / name).resolve()))
-        if not reg.ok:
-            raise _not_served(name, reg)
-        return self._lora_for(reg)
-
-    def _touch_adapters(self, lora_ids: list[int]) -> None:
-        max_loras = int(self.settings.max_loras)
-        max_cpu = max(int(self.settings.max_cpu_loras), max_loras)
-        for lid in lora_ids:
-            if lid in self._cpu_cache:
-                self._cpu_cache.move_to_end(lid)
-            else:
-                self.adapter_disk_loads += 1
-                self._cpu_cache[lid] = None
-                while len(self._cpu_cache) > max_cpu:
-                    evicted, _ = self._cpu_cache.popitem(last=False)
-                    self._slots.pop(evicted, None)  # vLLM drops it from its slot too
-            if lid in self._slots:
-                self._slots.move_to_end(lid)
-            else:
-                self.adapter_loads += 1
-                self._slots[lid] = None
-                while len(self._slots) > max_loras:
-                    self._slots.popitem(last=False)
-
-    def loaded_adapters(self) -> list[int]:
-        """Adapter ids the mirror believes occupy device slots, oldest first."""
-        return list(self._slots)
-
-    def resident_adapters(self) -> list[str]:
-        """Adapter names the mirror believes occupy device slots, oldest first."""
-        return [self._id_adapter.get(lid, str(lid)) for lid in self._slots]
-
-    def last_canary(self) -> dict[str, Any] | None:
-        """The latest canary result recorded by ``record_canary``, with the adapters the
-        guard has quarantined (adapter -> why); the worker heartbeat publishes it."""
-        if self._last_canary is None:
-            return None
-        out = dict(self._last_canary, quarantined=dict(self.guard.quarantined))
-        if self.startup_report is not None:
-            r = self.startup_report
-            out["startup_checks"] = {k: r.get(k) for k in ("ok", "detail", "seconds", "mitigation", "refused")}
-        return out
-
-    def record_canary(self, result: dict[str, Any]) -> None:
-        self._last_canary = dict(result, at=time.time())
-
-    def vllm_lora_state(self) -> dict[str, list[int]] | None:
-        """vLLM's own view (active = in device slots, registered = in host cache), when the
-        engine runs in this process; ``None`` otherwise."""
-        core = self._in_process_core()
-        try:
-            manager = core.model_executor.driver_worker.worker.model_runner.lora_manager
-            am = manager._adapter_manager
-            # ``order`` is the LRU order, oldest first (vllm.utils.cache.LRUCache).
-            return {"active": list(am._active_adapters.order),
-                    "registered": list(am._registered_adapters.order)}
-        except AttributeError:
-            return None
-
-    def _in_process_core(self) -> Any:
-        """vLLM's engine core when it runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
-        None when it runs in another process (or no engine is built)."""
-        return in_process_core(self.llm)
-
-    def _sync_mirror(self) -> None:
-        state = self.vllm_lora_state()
-        if state is not None:
-            self._slots = OrderedDict((lid, None) for lid in state["active"])
-            self._cpu_cache = OrderedDict((lid, None) for lid in state["registered"])
 
     # -- generation --------------------------------------------------------------------------
 
@@ -580,19 +305,6 @@ class EngineHost:
         with self._lock:
             self.llm.llm_engine.abort_request(list(engine_ids), internal=True)
 
-    def engine_memory(self) -> EngineMemory | None:
-        """The engine's cache layout (KV and GDN-state blocks), read from vLLM: what admission
-        sizes the running batch from (``vidlora.admission.EngineMemory``)."""
-        return engine_memory(self.llm) if self.llm is not None else None
-
-    def weights_format(self) -> str:
-        """"fp8" (online or published so), else the weights' dtype."""
-        return weights_format(self.llm)
-
-    def engine_load(self) -> tuple[int, int] | None:
-        """(running, waiting) inside vLLM's scheduler, where the engine runs in this process."""
-        return engine_load(self.llm)
-
     # -- the guard's view of this engine (engine_patch.guard.GuardedEngine) ------------------
 
     def run_batch(self, requests: Sequence[AnalysisRequest]) -> list[AnalysisOutput]:
@@ -600,82 +312,6 @@ class EngineHost:
         with self._lock:
             self.start()  # a failed rebuild leaves no engine; build one again
             return self._generate(list(requests))
-
-    def check(self, output: AnalysisOutput) -> Health | None:
-        if output.error is not None:
-            return None  # not a generation: the error speaks for itself
-        return check_output(output.token_ids, output.logprobs, output.text,
-                            cumulative_logprob=output.cumulative_logprob, repetition=not output.structured)
-
-    def adapter_of(self, request: AnalysisRequest) -> str | None:
-        if request.adapter_name:
-            return request.adapter_name
-        return Path(request.adapter_path).name if request.adapter_path else None
-
-    def same_output(self, a: AnalysisOutput, b: AnalysisOutput) -> bool:
-        return list(a.token_ids) == list(b.token_ids)
-
-    def reset_prefix_cache(self) -> None:
-        """Drop every cached block and cached encoder/multimodal output (recovery step 1)."""
-        with self._lock:
-            self.llm.reset_prefix_cache()
-            for reset in (getattr(self.llm, "reset_mm_cache", None),
-                          getattr(self.llm.llm_engine, "reset_encoder_cache", None)):
-                if callable(reset):
-                    reset()
-
-    def reload_adapter(self, name: str) -> None:
-        """Drop the adapter's weights from vLLM and give it a fresh id (recovery step 2):
-        the next request with it reads the normalised adapter from disk again."""
-        with self._lock:
-            reg = self._registered.get(name)
-            if reg is None or reg.digest not in self._lora_ids:
-                return  # never loaded here: nothing cached to drop
-            self._forget_lora(reg.digest)
-            self._new_lora_id(reg.digest, name)
-
-    def rebuild_engine(self) -> None:
-        """Shut the engine down and build a new one (recovery step 3).
-
-        Only where closing the engine really freed its device memory: otherwise (seen with
-        vLLM 0.26 on the H200) a second engine cannot start in this process, and the host
-        raises ``EngineReplaceRequired`` so the worker gives its work back and exits for its
-        supervisor to start a fresh process. ``engine_rebuild="replace"`` always does that.
-        """
-        with self._lock:
-            if self.settings.engine_rebuild == "replace":
-                raise EngineReplaceRequired("engine_rebuild=replace: a fresh worker process rebuilds the engine")
-            old, self.llm, self.tokenizer = self.llm, None, None
-            self._inflight = []
-            self._slots.clear()
-            self._cpu_cache.clear()
-            shutdown(old)
-            del old
-            gc.collect()
-            empty_device_cache()
-            short = device_memory_shortfall(float(self.settings.gpu_memory_utilization))
-            if short:
-                raise EngineReplaceRequired(f"closing the engine left {short / 2**30:.1f} GiB of device memory "
-                                            "in use: a new engine cannot start in this process")
-            self._build_engine()
-            self.rebuilds += 1
-
-    def canary(self, adapter: str | None = None, step: str = "manual") -> Health:
-        """Run the canary on ``adapter`` (None: the base model), record it, judge it."""
-        with self._lock:
-            if self.llm is None:
-                raise RuntimeError("no engine to run the canary on")
-            lora = self._current_lora(adapter)
-            t0 = time.perf_counter()
-            result = canary(self.llm, lora)
-            if lora is not None:
-                self._touch_adapters([lora.lora_int_id])
-            self._sync_mirror()
-            ok, detail, tokens = result.ok, result.detail, [int(t) for t in result.tokens][:16]
-            self.record_canary({"ok": ok, "detail": detail, "adapter": adapter, "step": step,
-                                "tokens": tokens, "latency_s": round(time.perf_counter() - t0, 3),
-                                "versions": versions()})
-            return Health(ok, None if ok else f"canary: {detail}", {"canary_tokens": tokens})
 
     def _generate(self, requests: list[AnalysisRequest]) -> list[AnalysisOutput]:
         t0 = time.perf_counter()
@@ -794,49 +430,3 @@ class EngineHost:
             while engine.has_unfinished_requests():
                 engine.step()
 
-    # -- identity ----------------------------------------------------------------------------
-
-    def identity(self) -> dict[str, Any]:
-        import torch
-
-        s = self.settings
-        info: dict[str, Any] = {
-            "model": str(s.model),
-            "model_config_sha256": config_hash(str(s.model)),
-            "served_model_name": s.served_model_name or str(s.model),
-            "vllm_version": dist_version("vllm"),
-            "torch_version": torch.__version__,
-            "transformers_version": dist_version("transformers"),
-            "device": device_name(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "max_loras": int(s.max_loras),
-            "max_cpu_loras": max(int(s.max_cpu_loras), int(s.max_loras)),
-            "max_lora_rank": int(s.max_lora_rank),
-            "max_model_len": int(s.max_model_len),
-            "max_num_seqs": int(s.max_num_seqs),
-            "enforce_eager": bool(s.enforce_eager),
-            "lora_off": self.lora_off_reason,
-            "engine_patch": self.patch_status,
-            "kernel_check": self.kernel_check,
-            "startup_checks": self.startup_report,
-            "versions": {
-                "vllm": dist_version("vllm"),
-                "torch": torch.__version__,
-                "transformers": dist_version("transformers"),
-                "peft": dist_version("peft"),
-                "triton": versions().get("triton"),
-                "ptxas": versions().get("ptxas"),
-            },
-            "quarantined": dict(self.guard.quarantined),
-            "engine_rebuilds": self.rebuilds,
-            "started": self.started,
-            "start_seconds": self.start_seconds,
-            "adapter_loads": self.adapter_loads,
-            "adapter_disk_loads": self.adapter_disk_loads,
-            "lora_path": self.last_lora_paths,
-            "in_process_engine": self._in_process_core() is not None,
-            "adapters": {name: {"ok": r["ok"], "digest": r["digest"], "reason": r["reason"]}
-                         for name, r in self.registrations().items()},
-        }
-        return info

@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import DEFAULT_LENGTHS, FLOOR_MAX, FLOOR_MEAN, K, Options, _jsonable, run, shown, table
+from .options import DEFAULT_LENGTHS, FLOOR_MAX, FLOOR_MEAN, K, Options
+from .orchestrate import run
+from .report import _jsonable, shown, table
 
 def _exclude_own_plugin() -> None:
     """--no-patch: vLLM loads general plugins (ours applies every patch) in each process it

@@ -52,8 +52,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import (AdapterSet, Options, Reference, VerifyError, _lora_requests, _safe, begin, close_llm, evaluate,
-                     finish, llm_args, make_llm, merge_adapter, score, shown)
+from .compare import evaluate
+from .engines import close_llm, llm_args, make_llm, score
+from .options import Options, VerifyError
+from .orchestrate import AdapterSet, _lora_requests, _safe, begin, finish
+from .reference import Reference, merge_adapter
+from .report import shown
 
 log = logging.getLogger("engine_patch.verify")
 

@@ -26,7 +26,7 @@ VLLM_DROP = (
     "vllm/_flashkda_C.abi3.so",                   # Kimi/GLM KDA kernels; imported by those models only
     "vllm/_deepselect_C.abi3.so",                 # DeepSeek sparse-attention top-k; find_spec-guarded
 )
-# A MoE base (Qwen3.6-35B-A3B, `device_run.sh moe`) needs the MoE ops: KEEP_MOE=1 keeps them
+# A MoE base (Qwen3.6-35B-A3B, `stages.sh moe`) needs the MoE ops: KEEP_MOE=1 keeps them
 # (without them its first request fails: "_moe_C has no attribute topk_softmax", seen with 0.33).
 if os.environ.get("KEEP_MOE") == "1":
     VLLM_DROP = tuple(p for p in VLLM_DROP if "_moe_C" not in p)

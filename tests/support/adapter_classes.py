@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from workers.tiny_model import LORA_DELTA_RATIO, LORA_TARGETS
+from testmodels.tiny import LORA_DELTA_RATIO, LORA_TARGETS
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,17 @@ TINY_MOE = REPO / "var" / "tiny-moe-model"
 
 
 def tiny_model() -> Path:
-    """var/tiny-model (built with workers.tiny_model when missing)."""
+    """var/tiny-model (built with testmodels.tiny when missing)."""
     if not (TINY / "base" / "config.json").exists():
-        from workers.tiny_model import build
+        from testmodels.tiny import build
 
         build(TINY)
     return TINY
 
 
 def tiny_moe_model() -> Path:
-    """var/tiny-moe-model (built with workers.tiny_moe_model when missing or stale)."""
-    from workers.tiny_moe_model import build
+    """var/tiny-moe-model (built with testmodels.tiny_moe when missing or stale)."""
+    from testmodels.tiny_moe import build
 
     build(TINY_MOE)
     return TINY_MOE

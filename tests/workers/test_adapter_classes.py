@@ -16,7 +16,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this p
 
 from engine_patch.verify import Options, Reference, compare, tolerance  # noqa: E402
 from tests.support.adapter_classes import build_classes  # noqa: E402
-from workers import tiny_model  # noqa: E402
+from testmodels import tiny  # noqa: E402
 from vidlora.engine_io import AnalysisRequest, build_prompt  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -28,7 +28,7 @@ MAX_RANK = 32  # split q/k/v re-packs rank 8 x 3 into one rank-24 in_proj_qkv
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("classes") / "tiny-model"
-    tiny_model.build(out, ["canonical"])
+    tiny.build(out, ["canonical"])
     return out
 
 

@@ -18,7 +18,7 @@ from tests.support.faulty_adapters import make_overflow_adapter
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
 
-from workers import tiny_model  # noqa: E402
+from testmodels import tiny  # noqa: E402
 from vidlora.engine_io import (  # noqa: E402
     AnalysisRequest,
     RequestError,
@@ -39,7 +39,7 @@ MAX_TOKENS = 12
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("engine") / "tiny-model"
-    tiny_model.build(out, SCENARIOS)
+    tiny.build(out, SCENARIOS)
     return out
 
 

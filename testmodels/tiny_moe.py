@@ -1,6 +1,6 @@
 """Build a tiny random-weight Qwen3.5/3.6 MoE vision-language model and PEFT adapters for it.
 
-The MoE sibling of `workers.tiny_model`: the real ``Qwen3_5MoeForConditionalGeneration``
+The MoE sibling of `testmodels.tiny`: the real ``Qwen3_5MoeForConditionalGeneration``
 architecture (transformers model type ``qwen3_5_moe``, the one Qwen3.5-35B-A3B and
 Qwen3.6-35B-A3B ship as; vLLM serves it with the class of the same name), Gated-DeltaNet and
 gated full-attention layers in Qwen's 3:1 pattern, and in every layer a sparse MoE block:
@@ -9,7 +9,7 @@ the checkpoint, fused 3-D in transformers), a shared expert (``mlp.shared_expert
 sigmoid gate (``mlp.shared_expert_gate``). Toy sizes (4 layers, 4 experts, 2 active), the
 dense tiny model's tokenizer, chat template and processor configs. Nothing is downloaded.
 
-    python -m workers.tiny_moe_model --out var/tiny-moe-model
+    python -m testmodels.tiny_moe --out var/tiny-moe-model
 
 Layout::
 
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers import tiny_model as dense
+from testmodels import tiny as dense
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _build_model(config):
     model = Qwen3_5MoeForConditionalGeneration(config)
     with torch.no_grad():
         g = torch.Generator().manual_seed(SEED + 1)
-        # A wide lm_head makes greedy decoding decisive (workers.tiny_model says why).
+        # A wide lm_head makes greedy decoding decisive (testmodels.tiny says why).
         model.lm_head.weight.copy_(torch.randn(model.lm_head.weight.shape, generator=g) * 0.5)
         # transformers initialises the router to zeros: every expert would score the same and
         # top-k would pick by index. A random router makes routing depend on the token, as in a

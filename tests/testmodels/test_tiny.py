@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import tiny_model
+from testmodels import tiny
 
 SCENARIOS = ["artifact_identification", "tomb_structure", "murals_inscriptions"]
 
@@ -26,7 +26,7 @@ def _tree_hashes(root: Path) -> dict[str, str]:
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "tiny-model"
     t0 = time.perf_counter()
-    tiny_model.build(out, SCENARIOS)
+    tiny.build(out, SCENARIOS)
     assert time.perf_counter() - t0 < 60, "the tiny model must build in seconds"
     return out
 
@@ -87,7 +87,7 @@ def test_adapters(built: Path) -> None:
         path = built / "adapters" / s
         cfg = json.loads((path / "adapter_config.json").read_text())
         assert cfg["r"] == 8 and cfg["peft_type"] == "LORA"
-        assert sorted(cfg["target_modules"]) == sorted(tiny_model.LORA_TARGETS)
+        assert sorted(cfg["target_modules"]) == sorted(tiny.LORA_TARGETS)
         with safe_open(str(path / "adapter_model.safetensors"), "pt") as f:
             keys = list(f.keys())
             assert all(".language_model." in k for k in keys)
@@ -95,17 +95,17 @@ def test_adapters(built: Path) -> None:
             assert b.abs().max() > 0  # not PEFT's zero init
             seen.add(hashlib.sha256(b.float().numpy().tobytes()).hexdigest())
         modules = {k.split(".lora_")[0].rsplit(".", 1)[-1] for k in keys}
-        assert modules == set(tiny_model.LORA_TARGETS)
+        assert modules == set(tiny.LORA_TARGETS)
     assert len(seen) == len(SCENARIOS)  # each adapter is different
 
 
 def test_idempotent_and_deterministic(built: Path, tmp_path: Path) -> None:
     before = _tree_hashes(built)
     t0 = time.perf_counter()
-    tiny_model.build(built, SCENARIOS)
+    tiny.build(built, SCENARIOS)
     assert time.perf_counter() - t0 < 1.0  # stamp matched: nothing rebuilt
     assert _tree_hashes(built) == before
-    other = tiny_model.build(tmp_path / "again", SCENARIOS).parent
+    other = tiny.build(tmp_path / "again", SCENARIOS).parent
     assert _tree_hashes(other) == before
 
 
@@ -118,13 +118,13 @@ def test_scenarios_file(tmp_path: Path) -> None:
         "  - {name: c, prompt: x}\n"  # no adapter: nothing to build
         "  - {name: d, prompt: x, adapter: /real/weights/d}\n"  # real weights: not ours
     )
-    assert tiny_model.scenario_names(f) == ["a", "b_lora"]
+    assert tiny.scenario_names(f) == ["a", "b_lora"]
     f.write_text("scenarios: [a, b]\n")
-    assert tiny_model.scenario_names(f) == ["a", "b"]
-    assert tiny_model.scenario_names(None) == SCENARIOS
-    root = Path(tiny_model.__file__).resolve().parent.parent
+    assert tiny.scenario_names(f) == ["a", "b"]
+    assert tiny.scenario_names(None) == SCENARIOS
+    root = Path(tiny.__file__).resolve().parent.parent
     if (root / "scenarios.yaml").is_file():  # the project's own file
-        assert set(tiny_model.scenario_names(root / "scenarios.yaml")) >= set(SCENARIOS)
+        assert set(tiny.scenario_names(root / "scenarios.yaml")) >= set(SCENARIOS)
 
 
 def test_processor_renders_video(built: Path) -> None:

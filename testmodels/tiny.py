@@ -6,7 +6,7 @@ a vision tower with patch 16 / spatial merge 2 / temporal patch 2) at toy sizes,
 whole serving path (chat template, video processor, vLLM's hybrid KV/state cache, the GDN
 packed projections and multi-LoRA) runs on a laptop CPU in seconds. Nothing is downloaded.
 
-    python -m workers.tiny_model --out var/tiny-model [--scenarios-file scenarios.yaml]
+    python -m testmodels.tiny --out var/tiny-model [--scenarios-file scenarios.yaml]
 
 Layout::
 
