@@ -58,7 +58,10 @@ def log(msg: str) -> None:
 
 
 def unpack_services(archive: Path, into: Path) -> Path:
-    """services.tar.xz (build.sh's b/) -> into/{pg,redis,wheels}; once."""
+    """services.tar.xz (build.sh's b/) -> into/{pg,redis,wheels}, once; a folder where it
+    was unpacked already is used as it is."""
+    if archive.is_dir():
+        return archive
     if not (into / "pg").is_dir():
         into.mkdir(parents=True, exist_ok=True)
         with tarfile.open(archive) as tar:  # Python's lzma: the device image may lack xz
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--res", required=True, type=Path)
-    ap.add_argument("--services", required=True, type=Path, help="build.sh's services.tar.xz")
+    ap.add_argument("--services", required=True, type=Path, help="build.sh's services.tar.xz, or where it is unpacked")
     ap.add_argument("--model", required=True)
     ap.add_argument("--adapter-root", required=True)
     ap.add_argument("--adapters", required=True, help="one per shipped scenario, in scenarios.yaml's order")
