@@ -406,10 +406,10 @@ case $STAGE in
         [ -d $D/adapters/a0$k ] || cp -r $M/adapters/$n $D/adapters/a0$k; k=$((k + 1)); done
       SYSSET+=(--set VIDLORA_MAX_NUM_SEQS=8 --set VIDLORA_MAX_LORAS=2 --set VIDLORA_MAX_LORA_RANK=8
                --set VIDLORA_MAX_MODEL_LEN=4096 --set VIDLORA_ENFORCE_EAGER=true)
-      SYSRUN=(--clips ${SYS_CLIPS:-12} --seconds ${SYS_SECONDS:-1} --per-archive 4 --backlog 8 --out-len ${SYS_OUT_LEN:-16}
+      SYSRUN=(--clips ${SYS_CLIPS:-16} --seconds ${SYS_SECONDS:-1} --per-archive 4 --backlog 8 --out-len ${SYS_OUT_LEN:-16}
               --cpu-workers 1 --cpu-concurrency 2 --make-jobs 2 --measure-s ${SYS_MEASURE_S:-60} --ramp 0.25)
       BENCHARGS="--max-num-seqs 8 --max-loras 2 --max-lora-rank 8 --max-model-len 4096 --eager --stream-capacity 0"
-      BN=${SYS_BENCH_CLIPS:-4}; BJ=2; BMIN=60; GPUKW='{}'
+      BN=${SYS_BENCH_CLIPS:-4}; BJ=2; BMIN=60; GPUKW='{}'; BPH=videos_warm,stream_videos  # warmup's 2,000-token prompts: minutes on 2 cores
     else
       PY=python3
       [ -x $SYS/bin/ffprobe ] || { untar $SYS/tools.tar.xz $SYS && mv $SYS/tools/* $SYS/bin/; }
@@ -423,7 +423,7 @@ case $STAGE in
               --out-len ${SYS_OUT_LEN:-256} --cpu-workers ${SYS_CPU_WORKERS:-2} --cpu-concurrency ${SYS_CPU_CONCURRENCY:-5}
               --measure-s ${SYS_MEASURE_S:-120})
       BENCHARGS="--max-num-seqs 256 --stream-capacity 0"
-      BN=${SYS_BENCH_CLIPS:-160}; BJ=12; BMIN=200
+      BN=${SYS_BENCH_CLIPS:-160}; BJ=12; BMIN=200; BPH=warmup,videos_warm,stream_videos
       GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
     fi
     $PY -c "import av, celery, psycopg, sqlalchemy, pydantic_settings, vllm; print('system: av', av.__version__, 'celery', celery.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1 | tee -a $RES/device.log
@@ -443,7 +443,7 @@ case $STAGE in
         --n $((BN + 2)) --jobs $BJ > $RES/system_bench_manifest.log 2>&1 &)
       log "bench system_bench"
       timeout $(( $(left) - 5 )) $PY -m bench.gpu.bench_engine --assets $D --label system_bench \
-        --json $RES/system_bench.json --patch on --phases warmup,videos_warm,stream_videos --llm-kwargs "$GPUKW" \
+        --json $RES/system_bench.json --patch on --phases $BPH --llm-kwargs "$GPUKW" \
         --deadline $((END - 10)) --min-phase-s 20 --videos $SYS/bench/manifest.json --video-clips $BN \
         --video-out-len ${SYS_OUT_LEN:-$([ "${SYS_MODE:-gpu}" = cpu ] && echo 16 || echo 256)} $BENCHARGS ${SYS_ARGS:-} \
         > $RES/system_bench.log 2>&1

@@ -116,10 +116,10 @@ class Services:
         else:
             raise RuntimeError("PostgreSQL did not start: see postgres.log")
         psql = [str(self.pg_bin / "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-tA"]
-        have = subprocess.run(psql + ["-c", "select 1 from pg_database where datname='vidlora'"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        if have != "1":
-            subprocess.run(psql + ["-c", "create database vidlora"], check=True, capture_output=True)
+        # A fresh database each run (a cut call's rerun on a warm machine too): the clips are
+        # the same files, and the system would de-duplicate them against the last run's.
+        subprocess.run(psql + ["-c", "drop database if exists vidlora"], check=True, capture_output=True)
+        subprocess.run(psql + ["-c", "create database vidlora"], check=True, capture_output=True)
         self.versions["database"] = subprocess.run(psql + ["-c", "show server_version"], capture_output=True,
                                                    text=True).stdout.strip()
         out = subprocess.run([str(self.redis_bin), "--version"], capture_output=True, text=True).stdout
@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     services = Services(unpack_services(a.services, a.work / "services"), a.work, a.pg_port, a.redis_port)
     services.start(logs)
     result.update(services.versions)
+    for state in ("media", "var"):  # the last run's, with the database's
+        shutil.rmtree(a.work / state, ignore_errors=True)
     scen = a.work / "scenarios.yaml"
     names = write_scenarios(scen, a.adapters.split(","), a.out_len)
     env = {**os.environ, **services.env(), "VIDLORA_VAR_DIR": str(a.work / "var"),
@@ -497,7 +499,10 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
         if window_start is None and row["videos_done"] >= ramp_videos:
             window_start = row["t"]
             log(f"window starts: {row['videos_done']} videos stored")
-        if window_start is not None and (row["t"] - window_start >= a.measure_s or next_archive >= len(archives)):
+        # The window ends at --measure-s, or once the last archive is in and the backlog has
+        # halved (from there the engine drains: no longer the steady state).
+        if window_start is not None and (row["t"] - window_start >= a.measure_s or (
+                next_archive >= len(archives) and waiting < max(a.per_archive, a.backlog // 2))):
             break
         time.sleep(2)
     window_end = samples[-1]["t"]
