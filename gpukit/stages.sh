@@ -406,7 +406,7 @@ case $STAGE in
         [ -d $D/adapters/a0$k ] || cp -r $M/adapters/$n $D/adapters/a0$k; k=$((k + 1)); done
       SYSSET+=(--set VIDLORA_MAX_NUM_SEQS=8 --set VIDLORA_MAX_LORAS=2 --set VIDLORA_MAX_LORA_RANK=8
                --set VIDLORA_MAX_MODEL_LEN=4096 --set VIDLORA_ENFORCE_EAGER=true)
-      SYSRUN=(--clips ${SYS_CLIPS:-16} --seconds ${SYS_SECONDS:-1} --per-archive 4 --backlog 8 --out-len ${SYS_OUT_LEN:-16}
+      SYSRUN=(--clips ${SYS_CLIPS:-24} --seconds ${SYS_SECONDS:-1} --per-archive 4 --backlog 12 --out-len ${SYS_OUT_LEN:-96}
               --cpu-workers 1 --cpu-concurrency 2 --make-jobs 2 --measure-s ${SYS_MEASURE_S:-60} --ramp 0.25)
       BENCHARGS="--max-num-seqs 8 --max-loras 2 --max-lora-rank 8 --max-model-len 4096 --eager --stream-capacity 0"
       BN=${SYS_BENCH_CLIPS:-4}; BJ=2; BMIN=60; GPUKW='{}'; BPH=videos_warm,stream_videos  # warmup's 2,000-token prompts: minutes on 2 cores
@@ -420,7 +420,7 @@ case $STAGE in
       [ -f $D/assets.json ] || { log "assets27v"; python3 -m gpukit.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
       SYSSET+=(--set VIDLORA_MAX_NUM_SEQS=256 --set VIDLORA_MAX_NUM_BATCHED_TOKENS=32768 --set VIDLORA_GDN_PREFILL_BACKEND=triton)
       SYSRUN=(--clips ${SYS_CLIPS:-400} --seconds ${SYS_SECONDS:-4} --per-archive 32 --make-jobs 10 --backlog ${SYS_BACKLOG:-160}
-              --out-len ${SYS_OUT_LEN:-256} --cpu-workers ${SYS_CPU_WORKERS:-2} --cpu-concurrency ${SYS_CPU_CONCURRENCY:-5}
+              --out-len ${SYS_OUT_LEN:-1024} --cpu-workers ${SYS_CPU_WORKERS:-2} --cpu-concurrency ${SYS_CPU_CONCURRENCY:-5}
               --measure-s ${SYS_MEASURE_S:-120})
       BENCHARGS="--max-num-seqs 256 --stream-capacity 0"
       BN=${SYS_BENCH_CLIPS:-160}; BJ=12; BMIN=200; BPH=warmup,videos_warm,stream_videos
@@ -445,7 +445,7 @@ case $STAGE in
       timeout $(( $(left) - 5 )) $PY -m bench.gpu.bench_engine --assets $D --label system_bench \
         --json $RES/system_bench.json --patch on --phases $BPH --llm-kwargs "$GPUKW" \
         --deadline $((END - 10)) --min-phase-s 20 --videos $SYS/bench/manifest.json --video-clips $BN \
-        --video-out-len ${SYS_OUT_LEN:-$([ "${SYS_MODE:-gpu}" = cpu ] && echo 16 || echo 256)} $BENCHARGS ${SYS_ARGS:-} \
+        --video-out-len ${SYS_OUT_LEN:-$([ "${SYS_MODE:-gpu}" = cpu ] && echo 96 || echo 1024)} $BENCHARGS ${SYS_ARGS:-} \
         > $RES/system_bench.log 2>&1
       log "bench system_bench rc=$?"; grep "\[bench" $RES/system_bench.log | cut -c1-260
     fi

@@ -55,6 +55,7 @@ def summarize(res: Path, card: str) -> dict:
                  "in_flight_at_kill": kill.get("in_flight_at_kill"), "restart_ready_s": kill.get("restart_ready_s"),
                  "audit": kill.get("audit")},
         "schema_check": run.get("schema_check"),
+        "failed_in_window": run.get("failed_in_window"), "failed_reasons": run.get("failed_reasons"),
         "window_s": run.get("window_s"), "videos_in_window": run.get("videos_in_window"),
         "in_flight_mean": run.get("in_flight_mean"), "analyses_per_hour": run.get("analyses_per_hour"),
         "whole_run": run.get("whole_run"), "gpu_worker_start_s": run.get("gpu_worker_start_s"),
@@ -82,6 +83,7 @@ def markdown(s: dict, title: str) -> str:
     lines.append(f"| kill: lost / duplicated / stuck | {k.get('lost')} / {k.get('duplicated')} / {k.get('stuck')} "
                  f"({k.get('in_flight_at_kill')} in flight at the SIGKILL; ready again after {k.get('restart_ready_s')} s) |")
     lines.append(f"| stored answers against their schemas | {s.get('schema_check')} |")
+    lines.append(f"| failed analyses in the window / by reason (whole run) | {s.get('failed_in_window')} / {s.get('failed_reasons')} |")
     lines += ["", "Time split of the analyses stored in the window (seconds, mean / p50):", "",
               "| step | mean | p50 |", "| --- | --- | --- |"]
     for name, v in ts.items():

@@ -322,6 +322,15 @@ def time_split(session, t0: float, t1: float) -> dict[str, object]:
     return out
 
 
+def failed_reasons(session) -> dict[str, int]:
+    """Failed analyses by reason (its first 120 characters): a failed analysis ends its video
+    as surely as a stored one, so the rate means little unless this is empty."""
+    from sqlalchemy import text
+
+    return {str(r)[:120]: n for r, n in session.execute(text(
+        "select reason, count(*) from analysis where status in ('failed', 'rejected') group by reason"))}
+
+
 def schema_check(session) -> dict[str, int]:
     """Every stored answer against its scenario's schema (the one it ran with)."""
     import jsonschema
@@ -523,6 +532,7 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
         cpu_cores_used=round((s1["cpu_workers_cpu_s"] - s0["cpu_workers_cpu_s"]) / span, 2),
         gpu_worker_cores_used=round((s1["gpu_worker_cpu_s"] - s0["gpu_worker_cpu_s"]) / span, 2),
         gpu_busy=sampler.mean(s0["t"], s1["t"]), gpu_sampler_error=sampler.error,
+        failed_in_window=s1.get("n_failed", 0) - s0.get("n_failed", 0),
         time_split=split, in_flight_mean=round(statistics.mean(r["in_flight"] for r in samples
                                                                if s0["t"] <= r["t"] <= s1["t"]), 1),
         cpu_workers={"processes": a.cpu_workers, "concurrency": a.cpu_concurrency})
@@ -532,6 +542,10 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
 
     # 2. The supervisor's case: SIGKILL with work in flight, the same worker started again.
     row = sample()
+    t_wait = time.time()
+    while not row["in_flight"] and time.time() - t_wait < 60 and time.time() < deadline - 30:
+        time.sleep(0.5)
+        row = sample()
     kill: dict[str, object] = {"in_flight_at_kill": row["in_flight"], "videos_waiting_at_kill":
                                len(enq) * a.per_archive - row["videos_done"]}
     t_kill = time.time()
@@ -563,6 +577,7 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
     with session_scope() as s:
         result["final_counts"] = db_counts(s)
         result["schema_check"] = schema_check(s)
+        result["failed_reasons"] = failed_reasons(s)
         result["whole_run"] = {"videos": total, "seconds": round(sample()["t"] - t_enqueue0, 1)}
     result["enqueues"] = enq[:3] + enq[-2:]
     result["samples"] = samples[::max(1, len(samples) // 200)]
