@@ -448,6 +448,25 @@ def main(argv: list[str] | None = None) -> int:
         save()
 
 
+def wait_gpu_memory_freed(limit_s: float) -> float | None:
+    """A supervisor restarts a dead container once its GPU memory is back; the engine sizes
+    its cache from the free memory at start. None: no GPU to read."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001 - the CPU dry run
+        return None
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        if mem.used < 0.1 * mem.total:
+            break
+        time.sleep(0.5)
+    return round(time.time() - t0, 1)
+
+
 def _wait_ready(session_scope, gpu: Proc, name: str, since: float, deadline: float) -> float | None:
     while time.time() < deadline:
         if gpu.p is not None and gpu.p.poll() is not None:
@@ -551,6 +570,7 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
     t_kill = time.time()
     gpu.signal(signal.SIGKILL)
     gpu.p.wait(30)
+    kill["gpu_memory_freed_s"] = wait_gpu_memory_freed(60)
     gpu.start()
     again = _wait_ready(session_scope, gpu, gpu_name, t_kill, deadline)
     kill["restart_ready_s"] = None if again is None else round(again - t_kill, 1)
