@@ -392,7 +392,12 @@ case $STAGE in
       [ -d $d ] && cp -n $d/*.tar.xz $SYS/ 2>/dev/null
     done
     [ -d $SYS/services/pg ] || { mkdir -p $SYS/services && untar $SYS/services.tar.xz $SYS/services; }
-    SYSSET=(--set VIDLORA_LOAD_FORMAT=dummy --set VIDLORA_STARTUP_CHECKS=${SYS_STARTUP_CHECKS:-false})
+    # The reconciler's period as an operator who cannot wait 15 min would set it: what a killed
+    # GPU worker had taken but not started is re-sent after stale_after_s (must exceed the CPU
+    # tasks' hard limit; a 4 s clip samples in seconds)
+    SYSSET=(--set VIDLORA_LOAD_FORMAT=dummy --set VIDLORA_STARTUP_CHECKS=${SYS_STARTUP_CHECKS:-false}
+            --set VIDLORA_CPU_SOFT_TIME_LIMIT_S=60 --set VIDLORA_CPU_TIME_LIMIT_S=90
+            --set VIDLORA_STALE_AFTER_S=${SYS_STALE_S:-120} --set VIDLORA_RECONCILE_EVERY_S=15)
     set -- ${SYS_ARGS:-}
     while [ $# -ge 2 ]; do k=${1#--}; k=${k//-/_}; SYSSET+=(--set "VIDLORA_${k^^}=$2"); shift 2; done
     if [ "${SYS_MODE:-gpu}" = cpu ]; then

@@ -380,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis-port", type=int, default=56379)
     a = ap.parse_args(argv)
     deadline = a.deadline or time.time() + 3600
+    # A stop from outside (timeout, the device's limit) still stops the workers and servers: an
+    # orphaned GPU worker would hold the memory the bench loop's engine needs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a.work.mkdir(parents=True, exist_ok=True)
     a.res.mkdir(parents=True, exist_ok=True)
     logs = a.res / "system_logs"
@@ -574,6 +577,16 @@ def _run(a, result, save, gpu, gpu_name, cpus, t_gpu, clip_thread, clip_box, nam
     gpu.start()
     again = _wait_ready(session_scope, gpu, gpu_name, t_kill, deadline)
     kill["restart_ready_s"] = None if again is None else round(again - t_kill, 1)
+    # The restarted worker gives back what the dead one held RUNNING (release_abandoned); the
+    # messages it had taken but not started stay unacknowledged in Redis (visibility_timeout_s)
+    # and their rows QUEUED until the reconciler re-sends them (stale_after_s).
+    time.sleep(10)
+    with session_scope() as s:
+        from sqlalchemy import text
+
+        kill["queued_left_10s_after_ready"] = s.execute(text(
+            "select count(*) from analysis where status = 'queued' and queued_at < to_timestamp(:t)"),
+            {"t": t_kill}).scalar()
     log(f"killed with {row['in_flight']} in flight; ready again after {kill['restart_ready_s']} s")
     total = min(len(enq) * a.per_archive, a.clips)
     while time.time() < deadline - 20:
