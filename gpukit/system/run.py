@@ -294,7 +294,8 @@ def worker_ready(session, name: str, since: float) -> bool:
     from vidlora.models import Worker
 
     w = session.scalars(select(Worker).where(Worker.name == name)).first()
-    return bool(w and w.status == "ready" and w.heartbeat_at.timestamp() >= since - 1)
+    # Strictly after ``since``: a killed worker's row still says ready with its last heartbeat
+    return bool(w and w.status == "ready" and w.heartbeat_at.timestamp() > since)
 
 
 def time_split(session, t0: float, t1: float) -> dict[str, object]:
