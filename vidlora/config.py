@@ -132,6 +132,15 @@ class Settings(BaseSettings):
     # generated compact (no whitespace between JSON tokens): a model may otherwise spend its
     # whole max_tokens on grammar-legal blanks inside an unfinished answer.
     structured_outputs_backend: Literal["xgrammar", "guidance"] = "xgrammar"
+    # How the engine gets its weights: "auto" reads the checkpoint; "dummy" fills the model's
+    # shape with random values (vLLM's load_format), for sizing a GPU host before the
+    # checkpoint is there: kernels, shapes and memory are the real model's, the answers are
+    # noise. The adapter checks that judge answers against the base (effect, canary) cannot
+    # judge noise, so a dummy engine registers adapters on their host checks alone.
+    load_format: Literal["auto", "dummy"] = "auto"
+    # The Gated-DeltaNet prefill kernels (vLLM's gdn_prefill_backend); "" keeps vLLM's choice.
+    # "triton" where FlashInfer is not installed (a vLLM build carried without it).
+    gdn_prefill_backend: Literal["", "triton", "flashinfer"] = ""
     # -- the GPU worker's loop -----------------------------------------------------------
     # "stream" (tasks.gpu_stream): analyses stream into the running engine, admitted while it
     # has room, each result stored as it finishes. "batch": one task runs one closed engine

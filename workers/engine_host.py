@@ -155,6 +155,10 @@ class EngineHost(EngineAdapters, EngineStartupChecks, EngineRecovery, EngineStat
             kwargs["kv_cache_dtype"] = s.kv_cache_dtype
         if s.gdn_state_dtype != "auto":
             kwargs["mamba_ssm_cache_dtype"] = s.gdn_state_dtype
+        if s.load_format != "auto":
+            kwargs["load_format"] = s.load_format
+        if s.gdn_prefill_backend:
+            kwargs["gdn_prefill_backend"] = s.gdn_prefill_backend
         if s.served_model_name:
             kwargs["served_model_name"] = s.served_model_name
         if s.kv_cache_memory_bytes:
