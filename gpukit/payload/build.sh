@@ -115,7 +115,7 @@ if [ "${DRY:-0}" = 1 ]; then  # what would travel, as downloaded wheels; nothing
 fi
 echo "== slim ($( [ -n "$PRUNE_SM" ] && echo "fatbins pruned to sm_$PRUNE_SM" || echo "fatbins untouched"))"
 python3 "$HERE/slim.py" "$STAGE" "${ALL[@]}" ${PRUNE_SM:+--prune-sm "$PRUNE_SM"} --report "$STAGE/prune-report.tsv"
-echo "== xz -9e each staged wheel (cached in $XZD)"
+echo "== xz -${XZ_LEVEL:-9e} -T$XZ_T each staged wheel (cached in $XZD)"
 for w in "${ALL[@]}"; do
   b=$(basename "$w")
   if [ ! -s "$XZD/$b.tar.xz" ]; then
