@@ -103,10 +103,10 @@ ALPHA = 64  # scale 1: vLLM multiplies lora_B by alpha/r at load
 GDN = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
 ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP = ["gate_proj", "up_proj", "down_proj"]
-TINY = Path(__file__).resolve().parents[2] / "var" / "tiny-model" / "base"
+TINY = Path(__file__).resolve().parents[1] / "var" / "tiny-model" / "base"
 # The MoE shapes take their config layout (qwen3_5_moe, Qwen3_5MoeForConditionalGeneration),
 # tokenizer and processor files from the tiny MoE model (workers.tiny_moe_model).
-TINY_MOE = Path(__file__).resolve().parents[2] / "var" / "tiny-moe-model" / "base"
+TINY_MOE = Path(__file__).resolve().parents[1] / "var" / "tiny-moe-model" / "base"
 
 
 def model_config(text: dict, tiny_base: Path, vision: dict | None = None) -> dict:

@@ -94,7 +94,7 @@ def test_attention_lora_on_a_moe_base_waits_for_its_own_verification(monkeypatch
     monkeypatch.setenv("VIDLORA_ENGINE_PATCH", "on")
     why = moe.refusal(cfg, ATTN, vllm=(0, 26), where="cuda sm_90")
     assert why.startswith(f"module {ATTN[0]}: LoRA on a MoE base is not verified on vLLM 0.26 on cuda sm_90")
-    assert "device_run.sh moe" in why and "#49063" in why
+    assert "gpukit/stages.sh moe" in why and "#49063" in why
     monkeypatch.setattr(moe, "VERIFIED", (moe.Verified((0, 26), "cuda sm_90", moe.ATTENTION, "x.json"),))
     assert moe.refusal(cfg, ATTN, vllm=(0, 26), where="cuda sm_90") is None
     # What was verified is the patched engine: with engine_patch off it is refused again, with
