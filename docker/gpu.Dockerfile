@@ -1,11 +1,12 @@
 # vidlora GPU worker image: one `vidlora worker gpu` per GPU (solo pool, one vLLM engine,
 # every scenario adapter). Real vLLM CUDA wheels from PyPI with the torch they pin.
 #
-# vLLM 0.33.0 (requirements/gpu.txt): the newest release engine_patch supports (0.26-0.33);
-# its CUDA wheel pins torch 2.14.0 built for CUDA 13.0, so the host driver must be 580 or
-# newer. The fallback is 0.26.0, the release measured on an H200 (bench/results/gpu_*):
-# set `vllm==0.26.0` in requirements/gpu.txt, run `scripts/lock.sh gpu`, rebuild
-# (docs/deploy.md, "The GPU image"). Bump vLLM only together with engine_patch's checks.
+# vLLM 0.34.0 (requirements/gpu.txt): the newest release engine_patch's probes know (0.26-0.34),
+# not yet measured on a GPU (docs/support-matrix.md); its CUDA wheel pins torch 2.14.0 built for
+# CUDA 13.0, so the host driver must be 580 or newer. The fallback is 0.33.0, the release
+# measured on the H200 (bench/results/vllm_0.33.md): set `vllm==0.33.0` in requirements/gpu.txt,
+# run `scripts/lock.sh gpu`, rebuild (docs/deploy.md, "The GPU image"). Bump vLLM only
+# together with engine_patch's checks.
 #
 # No CUDA base image: torch's nvidia-* wheels bring every CUDA library vLLM loads (cudart,
 # cuBLAS, cuDNN, NCCL, nvrtc), and the driver comes from the host through the NVIDIA
