@@ -1,4 +1,4 @@
-"""Correct multi-LoRA on Qwen3.5/3.6 hybrid (GDN) models in vLLM 0.26-0.33.
+"""Correct multi-LoRA on Qwen3.5/3.6 hybrid (GDN) models in vLLM 0.26-0.34.
 
 `apply()` must run before the engine is built (and, with multiprocessing on, in the
 engine-core child too: see `engine_patch.plugin`). Every patch first probes the
@@ -29,9 +29,10 @@ _PATCH_MODULES = (
     "logprob_text",         # issue 35: no text for logprobs the guard reads as numbers (host cost per step)
 )
 
-# The range the probes are written against; inside it a version is still only *claimed* when
-# it is in MEASURED.
-SUPPORTED = ((0, 26), (0, 33))
+# The range the probes are written against (0.34: read against the 0.34.0 wheel's source,
+# docs/support-matrix.md "vLLM 0.34"); inside it a version is still only *claimed* when it is
+# in MEASURED.
+SUPPORTED = ((0, 26), (0, 34))
 # vLLM builds measured with engine_patch on, by (build, version): on the H200, verify (text to
 # 32k tokens, video), the fault run (a non-finite request fails alone, its batch-mates equal a
 # control) and the bench rows; on the CPU, the test suite. Each names its record;

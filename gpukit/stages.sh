@@ -52,9 +52,13 @@ END=$((T0 + BUDGET))
 REPO=$(pwd)
 # The carried payload installs into $TMPDIR/site (the shared GPU notes); scratch lives beside it.
 SCRATCH=${TMPDIR:-/tmp}
-RES=$SCRATCH/res
+# SITE / RES: another release's install and results folder on the same machine (issue 57: 0.33 in
+# $SCRATCH/site, 0.34 in $SCRATCH/site34 with RES=$SCRATCH/res34), so the skip-if-done checks
+# below never take one release's JSON for the other's.
+SITE=${SITE:-$SCRATCH/site}
+RES=${RES:-$SCRATCH/res}
 mkdir -p $RES
-export PYTHONPATH=$SCRATCH/site:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 \
+export PYTHONPATH=$SITE:$REPO PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 \
        VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false
 GPUKW='{"gdn_prefill_backend": "triton"}'
 VIDEO_ARGS=${VIDEO_ARGS:-"--video $REPO/var/verify-frames"}
@@ -66,7 +70,7 @@ VERIFYKW='{"gdn_prefill_backend": "triton", "gpu_memory_utilization": 0.15}'
 ASSETS=/dev/shm/vl
 [ "$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -gt 30 ] 2>/dev/null || ASSETS=$SCRATCH/vl
 left() { local l=$((END - $(date +%s))); [ $l -lt 6 ] && l=6; echo $l; }
-pack() { tar czf $OUT/.res.tgz -C $SCRATCH res 2>/dev/null && mv $OUT/.res.tgz $OUT/res-$STAGE.tgz; }
+pack() { tar czf $OUT/.res.tgz -C $(dirname $RES) $(basename $RES) 2>/dev/null && mv $OUT/.res.tgz $OUT/$(basename $RES)-$STAGE.tgz; }
 ( while sleep 15; do pack; done ) & PACKER=$!
 log() { echo "[device $(date +%H:%M:%S) left=$(left)s] $*" | tee -a $RES/device.log; }
 

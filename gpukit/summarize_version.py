@@ -1,6 +1,7 @@
 """One vLLM version's device record (issue 36) from `stages.sh version` + `vbench` results.
 
     python -m gpukit.summarize_version --res RES_DIR [RES_DIR ...] --out bench/results/vllm_0.33.0
+    python -m gpukit.summarize_version --res RES_DIR ... --out bench/results/vllm_0.34.0 --md bench/results/vllm_0.34.md
 
 A check found in several folders is taken from the first (list the newest run first).
 
@@ -107,6 +108,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--res", nargs="+", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--md", help="also write the table here, with the command that made it (bench/results/vllm_X.md)")
     a = ap.parse_args()
     dirs = [Path(r) for r in a.res]
     out = Path(a.out)
@@ -147,7 +149,8 @@ def main() -> int:
                                 "errors": d.get("errors")}
             _versions(summary, d)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    lines = [f"# vLLM {(summary.get('versions') or {}).get('vllm', '?')} on the H200: the device record",
+    versions = summary.get("versions") or {}
+    lines = [f"# vLLM {versions.get('vllm', '?')} on {versions.get('device') or 'the GPU'}: the device record",
              "", f"Versions: `{json.dumps(summary.get('versions'))}`", "",
              "| check | ran | passed | detail |", "|---|---|---|---|"]
     for name, row in summary["checks"].items():
@@ -159,6 +162,10 @@ def main() -> int:
             lines.append(f"| {r['phase']} | {r['in_flight']} | {r['analyses_per_s']} | {r['ratio_to_nolora']} | "
                          f"{r['mfu']} | {r['nonfinite_requests']} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+    if a.md:
+        made = "python -m gpukit.summarize_version --res " + " ".join(a.res) + f" --out {a.out} --md {a.md}"
+        Path(a.md).write_text("\n".join(lines[:2] + [f"Made by `{made}`; each check's JSON is in `{a.out}/`.", ""]
+                                        + lines[2:]) + "\n")
     print("\n".join(lines))
     return 0
 

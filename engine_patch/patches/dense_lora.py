@@ -569,7 +569,7 @@ def probe() -> str | None:
     for cls in targets:
         for name in ("__init__", "update_metadata", "add_shrink", "add_expand", "add_lora_linear"):
             if not callable(getattr(cls, name, None)):
-                return f"{cls.__name__}.{name} missing: layout differs from 0.26-0.33"
+                return f"{cls.__name__}.{name} missing: layout differs from 0.26-0.34"
     if all(is_marked(cls.add_shrink) for cls in targets):
         return "already applied"
     return None

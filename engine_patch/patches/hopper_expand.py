@@ -87,7 +87,7 @@ def probe() -> str | None:
     except Exception as exc:  # noqa: BLE001 - no Triton on this platform
         return f"triton LoRA ops not importable: {exc!r}"
     if not hasattr(mod, "get_lora_op_configs") or not hasattr(gpu, "lora_expand"):
-        return "expand op layout differs from 0.26-0.33; not patched"
+        return "expand op layout differs from 0.26-0.34; not patched"
     if is_marked(mod.get_lora_op_configs):
         return "already applied"
     return None

@@ -124,7 +124,9 @@ def probe() -> str | None:
     try:
         runner = getattr(importlib.import_module(_RUNNER[0]), _RUNNER[1])
     except (ImportError, AttributeError):
-        return "GPUModelRunner not present"
+        # 0.34 removed the V1 runner; the V2 runner (the CUDA default from 0.29 on) scores
+        # prompts in its own PromptLogprobsWorker, which engine_patch.verify check b measures.
+        return "no V1 GPUModelRunner (removed in vLLM 0.34): nothing to wrap"
     fn = getattr(runner, "_get_prompt_logprobs_dict", None)
     if fn is None:
         return "no _get_prompt_logprobs_dict in this vLLM"

@@ -84,6 +84,21 @@ try:
     print("vllm", vllm.__version__, "ops loaded from", os.path.dirname(vllm.__file__))
 except Exception as e:
     print("vllm import FAILED:", repr(e))
+# vLLM 0.34's Qwen3.5 model on CUDA calls flashinfer.norm in every RMSNorm (issue 57): its kernels
+# are JIT-compiled with the image's nvcc on first use, so time that here, before any engine.
+import importlib.util, time
+if importlib.util.find_spec("flashinfer"):
+    try:
+        t = time.time()
+        import flashinfer
+        from flashinfer.norm import gemma_rmsnorm
+        h = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+        out = gemma_rmsnorm(h, torch.zeros(256, device="cuda", dtype=torch.bfloat16), 1e-6)
+        torch.cuda.synchronize()
+        print("flashinfer", flashinfer.__version__, "gemma_rmsnorm ok:", bool(torch.isfinite(out).all()),
+              f"in {time.time() - t:.1f} s (JIT compile included)")
+    except Exception as e:
+        print("flashinfer norm FAILED:", repr(e))
 PY
 PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 python3 "$SMOKE" || echo "SMOKE TEST FAILED (see above)"
 cat <<MSG

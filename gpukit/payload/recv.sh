@@ -5,6 +5,8 @@
 # DIR is the carried mode folder (e.g. .gpu-payload-v27/full), PART a chunk name in it
 # (payload.tar.xz.part-ab). Carry DIR/PART and DIR/SHA256SUMS with every call; this script and
 # install.sh travel with the work tree.
+# Env: CHUNKS (default ${TMPDIR:-/tmp}/chunks; another folder per payload), SITE (install target),
+#      BASE_SITE (mode over: SITE starts as a copy of this install, e.g. the 0.33 full payload's).
 # Exit 0: chunk stored (and installed, with --install). Exit 3: an earlier chunk is missing, i.e.
 # this is a fresh machine (the previous one was given back): start again at call 1.
 set -euo pipefail
@@ -24,6 +26,8 @@ if [ "$MODE" = --install ]; then
   [ -z "$missing" ] || { echo "cannot install, missing: $missing" >&2; exit 3; }
   stamp=$(sha256sum "$CH/SHA256SUMS" | cut -c1-16)
   if [ -f "$SITE/.payload_v27_$stamp" ]; then echo "already installed in $SITE (machine was warm)"; exit 0; fi
+  # BASE_SITE: install over a copy of another release's install (mode over: same torch/triton)
+  if [ -n "${BASE_SITE:-}" ] && [ ! -d "$SITE" ]; then cp -a "$BASE_SITE" "$SITE"; fi
   (cd "$CH" && SITE=$SITE bash "$HERE/install.sh")
   touch "$SITE/.payload_v27_$stamp"
 fi

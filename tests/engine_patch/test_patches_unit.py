@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine_patch.patches import hopper_expand, lora_index_mask, packed_groups, prompt_logprobs
+from engine_patch.patches import hopper_expand, kernel_rebind_scan, lora_index_mask, packed_groups, prompt_logprobs
 
 
 def test_solve_runs_places_missing_leading_member():
@@ -103,7 +103,66 @@ def test_only_measured_vllm_builds_are_claimed():
     # Inside the probes' range is not enough: an unmeasured release says so, in words.
     claimed, why = engine_patch.support((0, 30, 0), "cuda")
     assert not claimed and "has not been measured" in why and "support-matrix" in why
+    # 0.34: the probes are written against it, nothing of it is measured.
+    claimed, why = engine_patch.support((0, 34, 0), "cuda")
+    assert not claimed and "inside the range" in why
     claimed, why = engine_patch.support((0, 40, 0), "cuda")
     assert not claimed and "outside" in why
     # The CPU build the tests run is its own row.
     assert engine_patch.support((0, 32, 0), "cpu")[0]
+
+
+def _dispatcher_0_34():
+    """A module holding vLLM 0.34's scan (`triton_utils/dispatcher.py` `_rebind_impls`, its
+    namespace walk verbatim): `vars(value)` guarded for TypeError only."""
+    import sys
+    import types
+
+    def _rebind_impls(replacements):
+        by_original = {original: replacement for original, replacement in replacements}
+
+        def lookup(value):
+            for original in by_original:
+                if value is original:
+                    return by_original[original]
+            return None
+
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not namespace:
+                continue
+            for attr, value in list(namespace.items()):
+                replacement = lookup(value)
+                if replacement is not None:
+                    setattr(module, attr, replacement)
+                    continue
+                try:
+                    instance_dict = vars(value)
+                except TypeError:
+                    instance_dict = None
+                replacement = lookup(instance_dict.get("kernel")) if isinstance(instance_dict, dict) else None
+                if replacement is None:
+                    continue
+                value.kernel = replacement
+
+    mod = types.ModuleType("dispatcher_0_34")
+    mod._rebind_impls = _rebind_impls
+    return mod
+
+
+def test_kernel_rebind_scan_knows_the_0_34_scan_and_makes_it_survive_flask(monkeypatch):
+    """0.34 renamed the scan to `_rebind_impls` and reads `vars(value)`, which an unbound Flask
+    proxy answers with RuntimeError: the probe must find it and the patch must hold."""
+    import flask  # noqa: F401 - puts `current_app` (an unbound LocalProxy) into sys.modules
+
+    dispatcher = _dispatcher_0_34()
+    monkeypatch.setattr(kernel_rebind_scan, "_target", lambda: dispatcher)
+    with pytest.raises(RuntimeError, match="application context"):
+        dispatcher._rebind_impls([])
+    assert kernel_rebind_scan.probe() is None
+    kernel_rebind_scan.apply()
+    dispatcher._rebind_impls([])  # no RuntimeError now
+    assert kernel_rebind_scan.probe() == "already applied"
+    import flask as again
+
+    assert again.current_app is not None  # hidden for the scan only, then put back
