@@ -374,6 +374,12 @@ case $STAGE in
         --llm-kwargs "$kw" --workdir $SCRATCH/verify_$label > $RES/verify_$label.log 2>&1
       log "verify $label rc=$?"; tail -4 $RES/verify_$label.log | cut -c1-300
     }
+    if [ -n "${FP8_QUICK:-}" ]; then  # a short call: one adapter, eager engines (no compile), fp8 beside bf16
+      FP8KW=${FP8KW%\}}', "enforce_eager": true}' BFKW=${BFKW%\}}', "enforce_eager": true}'
+      ( vlane fp8q "$FP8KW" --adapter $A/tomb_structure --lengths ${FP8_LENGTHS:-16,450,2048} --checks a ) & L1=$!
+      ( vlane bf16q "$BFKW" --adapter $A/tomb_structure --lengths ${FP8_LENGTHS:-16,450,2048} --checks a ) & L2=$!
+      wait $L1 $L2
+    else
     LENS=${FP8_LENGTHS:-16,128,450,2048,8192}
     ( vlane fp8 "$FP8KW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L1=$!
     ( vlane bf16 "$BFKW" --adapter $A/artifact_identification --adapter $A/murals_inscriptions --adapter $A/tomb_structure --lengths $LENS ) & L2=$!
@@ -381,6 +387,7 @@ case $STAGE in
       [ $(left) -gt 100 ] && vlane fp8_long "$FP8KW" --adapter $A/artifact_identification --lengths 16384,32704 --max-new-tokens 16 --checks a,c ) & L3=$!
     ( selfcheck_run fp8_graphs $M 0 "${FP8KW/0.12/0.06}" "--max-lora-rank 8" $A/artifact_identification $A/murals_inscriptions $A/tomb_structure ) & L4=$!
     wait $L1 $L2 $L3 $L4
+    fi
     ;;
   cpufeed)  # issue 35: the CPU feed on this host, GPU idle: CPU-s per 20 s 1080p clip for the shipped
             # scenarios, this tree vs fc3e6c8 (the tree of the host's 5.19 CPU-s), alternating, 8 at once.
