@@ -12,10 +12,10 @@ A lower bound of what an import needs, not an upper one: a function-level import
 vLLM 0.34's Qwen3.5 norms) still runs when the function does.
 
 For 0.34.0 (vllm and flashinfer 0.7.4 wheels unzipped under /tmp):
-    python3 gpukit/payload/import_closure.py /tmp/vllm-0.34.0 vllm.entrypoints.llm vllm.v1.engine.core \
+    python3 gpukit/payload/import_closure.py UNPACKED_VLLM_0.34.0 vllm.entrypoints.llm vllm.v1.engine.core \
         vllm.v1.worker.gpu_worker vllm.v1.worker.gpu.model_runner vllm.models.qwen3_5.nvidia.model \
         vllm.lora.punica_wrapper.punica_gpu vllm.v1.structured_output
-    python3 gpukit/payload/import_closure.py /tmp/flashinfer-0.7.4 flashinfer --prefix flashinfer
+    python3 gpukit/payload/import_closure.py UNPACKED_FLASHINFER_0.7.4 flashinfer --prefix flashinfer
 """
 from __future__ import annotations
 
