@@ -11,7 +11,7 @@ condition holds. Prints each third-party top-level name reached, with how many m
 A lower bound of what an import needs, not an upper one: a function-level import (flashinfer in
 vLLM 0.34's Qwen3.5 norms) still runs when the function does.
 
-For 0.34.0 (vllm and flashinfer 0.7.4 wheels unzipped under /tmp):
+For 0.34.0 (the vllm and flashinfer 0.7.4 wheels unzipped into folders of your choice):
     python3 gpukit/payload/import_closure.py UNPACKED_VLLM_0.34.0 vllm.entrypoints.llm vllm.v1.engine.core \
         vllm.v1.worker.gpu_worker vllm.v1.worker.gpu.model_runner vllm.models.qwen3_5.nvidia.model \
         vllm.lora.punica_wrapper.punica_gpu vllm.v1.structured_output
