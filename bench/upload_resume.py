@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.rss import rss_kib  # noqa: E402  (after the path: runs as a script too)
+
 BLOCK = 4 * 1024 * 1024
 MiB = 1024 * 1024
 FSYNC_EVERY = 64 * MiB  # vidlora.resumable.COMMIT_EVERY
@@ -52,16 +54,6 @@ def content(offset: int, length: int, noise: bytes):
         piece = block[offset - start:min(BLOCK, end - start)]
         yield piece
         offset += len(piece)
-
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
 
 
 class Sampler(threading.Thread):

@@ -6,6 +6,8 @@ receives an id the database does not know yet.
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,8 +22,11 @@ from vidlora.ingest.dvd import incomplete as incomplete_title
 from vidlora.ingest.dvd import titles as dvd_titles
 from vidlora.ingest.kinds import Kind
 from vidlora.ingest.settle import changing
+from vidlora.ingest.store import StoreError
 from vidlora.ingest.sources import expand_paths
 from vidlora.lifecycle import ItemStatus
+
+log = logging.getLogger(__name__)
 
 
 def _send_ingest(upload_ids: list[int]) -> None:
@@ -104,13 +109,36 @@ def submit_received(keys: list[str], user_id: int, scenarios: list[str], name: s
     if not keys:
         raise BatchError("no files uploaded")
     settings = get_settings()
-    with session_scope() as session:
-        try:
-            rows = resumable.claim_complete(session, keys, user_id)
-        except resumable.ResumableError as exc:
-            raise BatchError(str(exc)) from exc
-        batch = create_batch(session, name, source, scenarios, created_by)
-        upload_ids = [park_received(session, settings, batch, row).id for row in rows]
-        batch_id = batch.id
+    assert settings.media_root is not None
+    moved: list[tuple[Path, Path]] = []  # (where the bytes were, where they are now)
+    try:
+        with session_scope() as session:
+            try:
+                rows = resumable.claim_complete(session, keys, user_id)
+            except resumable.ResumableError as exc:
+                raise BatchError(str(exc)) from exc
+            batch = create_batch(session, name, source, scenarios, created_by)
+            upload_ids = []
+            for row in rows:
+                received = settings.media_root / row.path
+                if not received.is_file():
+                    raise BatchError(f"The bytes of {row.filename} are no longer on the server; nothing was "
+                                     "started: send that file again.")
+                try:
+                    upload = park_received(session, settings, batch, row)
+                except StoreError as exc:  # the server's paths stay in its log, not in the answer
+                    log.error("batch of uploads %s: %s", keys, exc)
+                    raise BatchError(f"The media store could not take {row.filename}; nothing was started: "
+                                     "try again.") from exc
+                moved.append((received, settings.media_root / upload.path))
+                upload_ids.append(upload.id)
+            batch_id = batch.id
+    except BaseException:
+        # The rows roll back to their resumable/ paths, so the files go back there too: the
+        # uploads stay complete and can be sent to a batch again, nothing orphaned.
+        for received, parked in reversed(moved):
+            if parked.exists() and not received.exists():
+                os.replace(parked, received)
+        raise
     _send_ingest(upload_ids)
     return batch_id

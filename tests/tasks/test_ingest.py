@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import io
 import os
-import zipfile
 
 import pytest
 from sqlalchemy import func, select
 
 from tasks.ingest import ingest_upload
+from tests.support.archives import zip_bytes
 from tests.support.corpus import DVD_TITLE_S, dvd_title_set
 from tests.support.fault_media import tiny_clips
 from vidlora.batches import create_batch, park_file, park_stream
@@ -27,17 +27,9 @@ def clips(corpus_dir):
     return tiny_clips(corpus_dir / "tasks-ingest", 3, size="64x48")
 
 
-def _zip(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
 def test_an_archive_becomes_videos_and_reasons_and_a_redelivery_adds_nothing(database, broker, clips):
     settings = get_settings()
-    data = _zip([("dig/a.mp4", clips[0].read_bytes()), ("dig/b.mp4", clips[1].read_bytes()),
+    data = zip_bytes([("dig/a.mp4", clips[0].read_bytes()), ("dig/b.mp4", clips[1].read_bytes()),
                  ("dig/notes.txt", b"field notes"), ("../escape.mp4", clips[2].read_bytes())])
     with session_scope() as session:
         batch = create_batch(session, "ingest-archive", "cli", SCENARIOS)
@@ -121,7 +113,7 @@ def test_members_of_one_name_are_all_kept_renamed_and_said_so(database, broker, 
     settings = get_settings()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # zipfile warns about the duplicate name: the point
-        data = _zip([("dig/same.mp4", clips[0].read_bytes()), ("dig/same.mp4", clips[1].read_bytes())])
+        data = zip_bytes([("dig/same.mp4", clips[0].read_bytes()), ("dig/same.mp4", clips[1].read_bytes())])
     with session_scope() as session:
         batch = create_batch(session, "same-names", "web", SCENARIOS)
         archive = park_stream(session, settings, batch, "dig.zip", io.BytesIO(data), 1 << 30)
@@ -144,14 +136,6 @@ def test_members_of_one_name_are_all_kept_renamed_and_said_so(database, broker, 
         assert len({i.video_id for i in items.values()}) == 3
 
 
-def _title_zip(parts: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        for name, data in parts.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
 def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corpus_dir, tmp_path):
     """VTS_01_1..3.VOB in a zip (the parts listed out of order, the IFO and menu beside them):
     one stored video, the parts joined in order, so its clock runs on across the seams and no
@@ -168,7 +152,7 @@ def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corp
                "VIDEO_TS/VTS_01_1.VOB": parts[0], "VIDEO_TS/VTS_01_3.VOB": parts[2]}
     with session_scope() as session:
         batch = create_batch(session, "dvd-title", "cli", SCENARIOS)
-        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(_title_zip(members)), 1 << 30)
+        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(zip_bytes(members.items())), 1 << 30)
         batch_id, upload_id = batch.id, upload.id
     assert ingest_upload(upload_id) == {"stored": 1, "rejected": 0, "skipped": 4}
     with session_scope() as session:
@@ -194,7 +178,7 @@ def test_a_dvd_title_missing_a_part_is_joined_and_says_so(database, broker, corp
     members = {"VTS_02_0.IFO": ifo, "VTS_02_1.VOB": parts[0], "VTS_02_3.VOB": parts[2]}
     with session_scope() as session:
         batch = create_batch(session, "dvd-title-gap", "cli", SCENARIOS)
-        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(_title_zip(members)), 1 << 30)
+        upload = park_stream(session, settings, batch, "disc.zip", io.BytesIO(zip_bytes(members.items())), 1 << 30)
         batch_id, upload_id = batch.id, upload.id
     assert ingest_upload(upload_id) == {"stored": 1, "rejected": 0, "skipped": 3}
     with session_scope() as session:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import io
 import unicodedata
-import zipfile
 
 import pytest
 from sqlalchemy import select, update
 
 from tasks.ingest import ingest_upload
+from tests.support.archives import zip_bytes
 from tests.support.fault_media import tiny_clips
 from vidlora.batches import create_batch, park_stream
 from vidlora.config import get_settings
@@ -32,18 +32,10 @@ def token(reviewer) -> dict[str, str]:
         return {"Authorization": "Bearer " + create_token(session, get_user(session, reviewer), "names", "read").token}
 
 
-def _zip(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
 def test_nfd_and_nfc_names_are_one_name_and_a_search_finds_both(client, token, corpus_dir):
     assert NFC != NFD
     clips = tiny_clips(corpus_dir / "web-names", 3, size="56x40")  # not another test's clips: its own videos
-    data = _zip([(NFC, clips[0].read_bytes()), (NFD, clips[1].read_bytes()),
+    data = zip_bytes([(NFC, clips[0].read_bytes()), (NFD, clips[1].read_bytes()),
                  (unicodedata.normalize("NFD", "Ölgefäß_Nord.mp4"), clips[2].read_bytes())])
     with session_scope() as session:
         batch = create_batch(session, unicodedata.normalize("NFD", "Süd-Grabung"), "cli", ["artifact_identification"])

@@ -267,3 +267,30 @@ def test_the_page_session_needs_its_csrf_token(server, account):
     assert browser.patch(url, data=footage(100), headers=chunk, timeout=30).status_code == 403
     done = browser.patch(url, data=footage(100), headers={**chunk, "X-CSRFToken": page_token}, timeout=30)
     assert done.status_code == 204 and done.headers["Upload-Offset"] == "100"
+
+
+def test_a_batch_that_fails_midway_leaves_every_upload_whole_and_sendable(server, account, cpu_worker):
+    """Two complete uploads, the second's bytes gone from the server's disk: the batch is refused
+    in words, and the first, already moved into the batch's area when the second failed, is back
+    where its record says, whole, so it can be sent again and is ingested (was: its file stayed
+    in uploads/ with no record, its record naming a file that no longer existed)."""
+    token = account["token"]
+    first, second = footage(1 * MiB, b"first"), footage(1 * MiB, b"second")
+    keys = []
+    for data, name in ((first, "trench 1.mp4"), (second, "trench 2.mp4")):
+        url = create(server, token, len(data), filename=name)
+        assert patch(url, token, 0, data).status_code == 204
+        keys.append(url.rsplit("/", 1)[1])
+    with session_scope() as session:
+        rows = {r.key: r.path for r in session.scalars(select(ResumableUpload).where(ResumableUpload.key.in_(keys)))}
+    (get_settings().media_root / rows[keys[1]]).unlink()
+
+    refused = start_batch(server, token, keys)
+    assert refused.status_code == 400, refused.text
+    assert "The bytes of trench 2.mp4 are no longer on the server" in refused.json()["detail"]
+    assert (get_settings().media_root / rows[keys[0]]).read_bytes() == first
+
+    r = start_batch(server, token, keys[:1])
+    assert r.status_code == 201, r.text
+    video = wait_for(lambda: stored_video(r.json()["batch_id"]), timeout=90, what="the first upload ingested")
+    assert video.sha256 == hashlib.sha256(first).hexdigest()
