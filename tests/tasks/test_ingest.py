@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tasks.ingest import ingest_upload
-from tests.support.archives import zip_bytes
+from tests.support.archives import tar_bytes, zip_bytes
 from tests.support.corpus import DVD_TITLE_S, dvd_title_set
 from tests.support.fault_media import tiny_clips
 from vidlora.batches import create_batch, park_file, park_stream
@@ -170,6 +170,37 @@ def test_a_dvd_title_in_parts_is_one_video_with_one_clock(database, broker, corp
                        info=info)
     assert res.note is None and len(set(res.timestamps)) == 12
     matches_reference(res, tmp_path, reference_frames(whole, (res.width, res.height), False))
+
+
+def test_a_dvd_title_in_a_tar_is_joined_whatever_order_the_parts_come_in(database, broker, corpus_dir):
+    """A tar is read once, front to back, and `tar` writes a folder in directory order: the
+    parts come out of order with other members between them. They are joined in part order,
+    byte for byte the title; a part cut short is said, by the IFO the tar carries. Was: three
+    videos, each clock from 0."""
+    whole, parts, ifo = dvd_title_set(corpus_dir / "dvd-title")
+    settings = get_settings()
+    kept = []
+    for label, third in (("whole", parts[2]), ("cut", parts[2][: len(parts[2]) // 2 // 2048 * 2048])):
+        members = [("VIDEO_TS/VTS_01_3.VOB", third), ("VIDEO_TS/VTS_01_0.IFO", ifo),
+                   ("VIDEO_TS/VTS_01_1.VOB", parts[0]), ("VIDEO_TS/notes.txt", b"disc 4 of 9"),
+                   ("VIDEO_TS/VTS_01_2.VOB", parts[1])]
+        with session_scope() as session:
+            batch = create_batch(session, f"dvd-tar-{label}", "cli", SCENARIOS)
+            upload = park_stream(session, settings, batch, "disc.tar.gz",
+                                 io.BytesIO(tar_bytes(members, "w:gz")), 1 << 30)
+            batch_id, upload_id = batch.id, upload.id
+        assert ingest_upload(upload_id) == {"stored": 1, "rejected": 0, "skipped": 5}
+        with session_scope() as session:
+            items = {i.name: i for i in session.scalars(select(BatchItem).where(BatchItem.batch_id == batch_id))}
+            title = items["VIDEO_TS/VTS_01_1-3.VOB"]
+            assert items["VIDEO_TS/VTS_01_3.VOB"].reason == \
+                "joined: part 3 of 3 of a DVD title, stored joined as VIDEO_TS/VTS_01_1-3.VOB"
+            kept.append((title.status, title.reason, settings.media_root / session.get(Video, title.video_id).path))
+    (status, reason, stored), (cut_status, cut_reason, cut_stored) = kept
+    assert status == "stored" and reason in (None, "duplicate: content already stored")  # the zip test's title
+    assert stored.read_bytes() == whole.read_bytes()
+    assert cut_status == "stored" and cut_reason.startswith("incomplete_title: the title set's IFO declares")
+    assert cut_stored.read_bytes() == parts[0] + parts[1] + parts[2][: len(parts[2]) // 2 // 2048 * 2048]
 
 
 def test_a_dvd_title_missing_a_part_is_joined_and_says_so(database, broker, corpus_dir):

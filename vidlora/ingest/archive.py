@@ -37,6 +37,7 @@ Reasons are ``"<code>: <detail>"``; ``MemberOutcome.code`` gives the stable code
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import lzma
@@ -53,6 +54,8 @@ from vidlora.ingest.dvd import Joined as JoinedParts
 from vidlora.ingest.dvd import Title as DvdTitle
 from vidlora.ingest.dvd import ifo_title_bytes
 from vidlora.ingest.dvd import incomplete as incomplete_title
+from vidlora.ingest.dvd import is_ifo as is_dvd_ifo
+from vidlora.ingest.dvd import is_part as is_dvd_part
 from vidlora.ingest.dvd import titles as dvd_titles
 from vidlora.ingest.kinds import Kind, is_archive_name, kind_of, not_video_reason, numbered
 from vidlora.ingest.store import MediaStore, StoredFile, StoreError, TooLarge
@@ -471,8 +474,83 @@ def _check_tar_end(tf: tarfile.TarFile, tail: _TailReader) -> None:
         raise tarfile.ReadError(f"invalid header at byte {tf.offset}")
 
 
+class _StagedParts:
+    """DVD title parts met in a tar, kept in the store's temp area until the archive ends.
+
+    A tar is read once, front to back, and tools write a folder in directory order (not by
+    name), so a title's parts may come in any order with other members between them. Each
+    part is copied aside as it passes (counted against the archive's budget once, as any tar
+    member); at the end the parts are joined in part order, as a zip's are."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack = stack
+        self.parts: dict[str, tuple[str, Path, int]] = {}  # name -> (display, temp copy, size)
+        self.declared: dict[str, int | None] = {}  # an IFO's name -> the title bytes it declares
+
+    def stage(self, ctx: _Ctx, display: str, name: str, stream: BinaryIO,
+              raw: _CountingFile) -> MemberOutcome | None:
+        """Copy one part aside; a rejection if it cannot be (its bytes are then lost to the tar)."""
+        reader = _MemberReader(stream, raw, ctx.settings.archive_max_ratio)
+        try:
+            tmp = self._stack.enter_context(ctx.store.temp_copy(reader, ctx.settings.max_video_bytes))  # type: ignore[arg-type]
+        except TooLarge:
+            return MemberOutcome(display, ItemStatus.REJECTED, f"{TOO_LARGE}: member over "
+                                 f"{ctx.settings.max_video_bytes} bytes", None)
+        except _RatioExceeded as exc:
+            return MemberOutcome(display, ItemStatus.REJECTED, f"{RATIO_EXCEEDED}: {exc}", None)
+        self.parts[name] = (display, tmp, reader.produced)
+        return None
+
+    def store(self, ctx: _Ctx, prefix: str, depth: int) -> Iterator[MemberOutcome]:
+        """Every staged part: joined into its title, or alone where its set has no other part."""
+        dvd = dvd_titles(list(self.parts) + list(self.declared))
+        done: set[str] = set()
+        for name, (display, tmp, _size) in list(self.parts.items()):
+            title = dvd.get(name)
+            if title is None:
+                with tmp.open("rb") as fh:
+                    yield from _store_member(ctx, display, fh, _CountingFile(fh),  # type: ignore[arg-type]
+                                             ctx.settings.max_video_bytes, False, depth, count_produced=False)
+                continue
+            yield MemberOutcome(display, ItemStatus.SKIPPED, title.part_reason(name), None)
+            if title.name in done:
+                continue
+            done.add(title.name)
+            paths = [self.parts[p][1] for p in title.parts]
+            note = incomplete_title(title, [self.parts[p][2] for p in title.parts],
+                                    self.declared.get(title.ifo) if title.ifo else None)
+            stream = JoinedParts([lambda p=p: p.open("rb") for p in paths])  # type: ignore[misc]
+            joined = _CountingFile(stream)  # type: ignore[arg-type]  # read from disk: ratio 1
+            try:
+                for outcome in _store_member(ctx, prefix + title.name, joined, joined,  # type: ignore[arg-type]
+                                             len(paths) * ctx.settings.max_video_bytes, False, depth,
+                                             count_produced=False):
+                    if note and outcome.status == ItemStatus.STORED:
+                        outcome = replace(outcome, reason=note if outcome.reason is None
+                                          else f"{outcome.reason}; {note}")
+                    yield outcome
+            finally:
+                stream.close()
+
+
 def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
                 depth: int) -> Iterator[MemberOutcome]:
+    with contextlib.ExitStack() as stack:
+        staged = _StagedParts(stack)
+        try:
+            yield from _ingest_tar_members(raw, kind, prefix, ctx, depth, staged)
+        except StoreError:
+            raise
+        except (_Stop, *_READ_ERRORS):
+            # The archive ends here (a limit, or damage): the parts that arrived whole are kept,
+            # as every member stored before the damage is.
+            yield from staged.store(ctx, prefix, depth)
+            raise
+        yield from staged.store(ctx, prefix, depth)
+
+
+def _ingest_tar_members(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx, depth: int,
+                        staged: _StagedParts) -> Iterator[MemberOutcome]:
     s = ctx.settings
     tail = _TailReader(_tar_decompressor(raw, kind))
     # "r|": strictly sequential, never seeks, so a skipped member is read through (counted).
@@ -519,6 +597,9 @@ def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
             if rejection is not None:
                 yield MemberOutcome(display, ItemStatus.REJECTED, rejection, None)
                 continue
+            if is_dvd_ifo(name) and member.size <= TAR_META_MAX_BYTES:
+                head = tf.extractfile(member)
+                staged.declared[name] = ifo_title_bytes(head.read(0x100)) if head is not None else None
             decision = _classify_name(name, ctx, depth)
             if decision is None and member.size > s.max_video_bytes:
                 decision = (ItemStatus.REJECTED, f"{TOO_LARGE}: header size {member.size} over "
@@ -535,6 +616,12 @@ def _ingest_tar(raw: _CountingFile, kind: str, prefix: str, ctx: _Ctx,
             # Counted up front (above the check): tarfile reads the whole member through
             # whatever happens, so _store_member must not count the produced bytes again.
             ctx.budget.total += data_size
+            if is_dvd_part(name):
+                with fileobj:
+                    refused = staged.stage(ctx, display, name, fileobj, raw)  # type: ignore[arg-type]
+                if refused is not None:
+                    yield refused
+                continue
             with fileobj:
                 yield from _store_member(ctx, display, fileobj, raw,  # type: ignore[arg-type]
                                          s.max_video_bytes, False, depth, count_produced=False)

@@ -36,6 +36,16 @@ class Title:
         return f"{JOINED}: part {k} of {len(self.parts)} of a DVD title, stored joined as {self.name}"
 
 
+def is_part(name: str) -> bool:
+    """A title part's name (``VTS_nn_k.VOB``, k >= 1), wherever it stands."""
+    return _PART.match(name) is not None
+
+
+def is_ifo(name: str) -> bool:
+    """A title set's IFO (``VTS_nn_0.IFO``)."""
+    return _IFO.match(name) is not None
+
+
 def titles(names: list[str]) -> dict[str, Title]:
     """Each part's name -> its title, for every title set of two or more parts (one part is
     a video on its own, as it always was)."""

@@ -463,6 +463,23 @@ def test_truncated_tar_keeps_earlier_members(tmp_path: Path, indir: Path, store:
     assert_clean(tmp_path, store)
 
 
+def test_truncated_tar_keeps_the_dvd_parts_that_arrived(tmp_path: Path, indir: Path, store: MediaStore,
+                                                       settings: Settings) -> None:
+    """The parts of a DVD title wait aside until the tar ends (a tar is read once); a tar cut
+    inside the third part still stores the first two, joined, and leaves no temp file."""
+    first, second = b"\x00\x00\x01\xba" + os.urandom(9000), b"\x00\x00\x01\xba" + os.urandom(7000)
+    full = write_tar(indir / "disc.tar", [("VTS_01_1.VOB", first), ("VTS_01_2.VOB", second),
+                                          ("VTS_01_3.VOB", os.urandom(300_000))]).read_bytes()
+    cut = indir / "cut.tar"
+    cut.write_bytes(full[: len(full) - 150_000])
+    out = run(cut, store, settings)
+    title = expect(out, "VTS_01_1-2.VOB", "stored", None)
+    assert title.stored is not None and title.stored.path.read_bytes() == first + second
+    expect(out, "VTS_01_1.VOB", "skipped", "joined")
+    expect(out, ARCHIVE_LABEL, "rejected", "corrupt")
+    assert_clean(tmp_path, store)
+
+
 def test_tar_cut_at_a_header_boundary_is_not_a_clean_end(
         tmp_path: Path, indir: Path, store: MediaStore, settings: Settings) -> None:
     full = write_tar(indir / "f.tar", [("a.mp4", b"a" * 512), ("b.mp4", b"b" * 512)]).read_bytes()
