@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 import pytest
 
+from tests.support.archives import zip_bytes
 from vidlora.config import Settings
 from vidlora.ingest.archive import ARCHIVE_LABEL, MemberOutcome, ingest_archive
 from vidlora.ingest.kinds import is_archive_name
@@ -38,14 +39,6 @@ def write_zip(path: Path, members: Iterable[tuple[str, bytes] | zipfile.ZipInfo 
                 info.compress_type = compression
                 zf.writestr(info, data)
     return path
-
-
-def zip_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
 
 
 def patch_zip_entry(path: Path, name: str, *, flag_or: int = 0, cd_compress_size: int | None = None) -> None:
