@@ -394,6 +394,12 @@ def _round3_recipes() -> dict[str, tuple[str, list[list[str]]]]:
         # starts at an I-frame whose leading pictures are gone with the GOP before it.
         "open_gop_cut_mp4": (".mp4", [open_gop_src, ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy", "{out}"]]),
         "open_gop_cut_mkv": (".mkv", [open_gop_src, ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy", "{out}"]]),
+        "open_gop_cut_ts": (".ts", [open_gop_src, ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy",
+                                                   "-f", "mpegts", "{out}"]]),
+        # The same cut of an interlaced (MBAFF) camcorder recording: read by the ffmpeg backend.
+        "open_gop_cut_avchd": (".MTS", [[*_woven(176, 144, 5), *OPEN_GOP, "-flags", "+ildct+ilme", "-x264-params",
+                                         "open-gop=1:keyint=25:min-keyint=25:scenecut=0:tff=1", "-f", "mpegts", "{tmp}"],
+                                        ["-ss", str(OPEN_GOP_CUT_S), "-i", "{tmp}", "-c", "copy", "-f", "mpegts", "{out}"]]),
         # Audio that starts 5 s before the pictures, Opus (its pre-skip puts the file's start
         # below zero, and ffprobe then gives the video that start and a span to the file's end).
         "audio_5s_first_mkv": (".mkv", [["-f", "lavfi", "-i", "sine=f=440:d=8",

@@ -30,12 +30,14 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return 99.0 if mse == 0 else 10 * math.log10(255 ** 2 / mse)
 
 
-def matches_reference(res, base: Path, ref: np.ndarray, first_code: int = 0, fps: int = FOOTAGE_FPS) -> None:
+def matches_reference(res, base: Path, ref: np.ndarray, first_code: int = 0, fps: int = FOOTAGE_FPS,
+                      step: int = 1) -> None:
     """Every stored JPEG is the reference decode's frame at its stated time: by frame code and
-    by picture (the reference JPEG-encoded like the sampler's)."""
+    by picture (the reference JPEG-encoded like the sampler's). ``step``: source frames per
+    frame (2 where two fields were woven into one, the code being the first field's)."""
     floor = 45 if res.backend == "ffmpeg" else 28
     for t, p in zip(res.timestamps, res.paths(base)):
-        assert read_frame_code(p) == (first_code + round(t * fps)) % 256, (t, res.backend)
+        assert read_frame_code(p) == (first_code + step * round(t * fps)) % 256, (t, res.backend)
         Image.fromarray(ref[round(t * fps)]).save(base / "ref.jpg", "JPEG", quality=Settings().jpeg_quality)
         got, want = np.asarray(Image.open(p).convert("RGB")), np.asarray(Image.open(base / "ref.jpg").convert("RGB"))
         assert psnr(got, want) > floor, (t, res.backend)

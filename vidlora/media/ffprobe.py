@@ -427,6 +427,7 @@ def read_frame_table(path: Path, time_base: Fraction, default_duration: int, tim
         # keyframe in file order.
         first_key = next(n for n, r in enumerate(rows) if r[1])
         rows = rows[first_key:] if first_key else rows
+        rows = _without_orphan_leading(path, rows, container, timeout)
     span = float((max(r[0] for r in rows) - min(r[0] for r in rows)) * time_base) if rows else 0.0
     if rows and (container in DISCONTINUOUS and cut_mid_packet(path)
                  or declared_s and declared_s - span > max(1.0, 0.02 * declared_s)):
@@ -505,6 +506,33 @@ def _mark_unclean(rows: list, corrupt: frozenset[int], path: Path, pid: int | No
         leading = before_bad and key_pts is not None and r[0] < key_pts
         out.append((*r, True) if bad or leading else r)
     return out
+
+
+def _without_orphan_leading(path: Path, rows: list, container: str, timeout: float) -> list:
+    """A recording cut with ``-c copy`` at an open GOP's keyframe, into a container with no edit
+    list to hide them (MPEG-TS: a trimmed AVCHD or broadcast file), still holds that keyframe's
+    leading pictures: stored after it, shown before it, referencing the GOP that was cut away.
+    No decoder shows them (ffmpeg drops them), so they are no frames of the video: counted, they
+    put every time one frame late and a pick on them found nothing. Which of them a decoder does
+    show (HEVC's RADL pictures decode whole) is read by decoding that first GOP, only where
+    such pictures are there."""
+    if not rows or not rows[0][1]:
+        return rows
+    gop_end = next((n for n, r in enumerate(rows) if n and r[1]), len(rows))
+    leading = {r[0] for r in rows[1:gop_end] if r[0] < rows[0][0]}
+    if not leading:
+        return rows
+    try:
+        proc = subprocess.run([FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "info", "-copyts", "-threads", "1",
+                               "-i", str(path), "-map", "0:v:0", "-an", "-frames:v", str(gop_end), "-vf", "showinfo",
+                               "-f", "null", "-"], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("timed out", timed_out=True) from exc
+    _, _, decoded = read_showinfo(proc.stderr)
+    if not decoded:
+        return rows  # nothing read back: leave the table as the packets say, the sampler will judge
+    shown = {p for p, _ in decoded}
+    return [r for r in rows if r[0] not in leading or r[0] in shown]
 
 
 def _decodable_rows(path: Path, rows: list, container: str, time_base: Fraction, timeout: float) -> list:
