@@ -42,7 +42,8 @@ def print_calibration(scenario: str, reports: list[dict]) -> None:
                    + (f"; fields: ECE {100 * f['ece']:.1f} % over {f['count']}" if f["count"] else ""))
         c = r["calibrated"]
         if c["applies"]:
-            held = (f"ECE {100 * c['ece_held_out']:.1f} % on answers it was not fitted on ({c['folds']}-fold)"
+            held = (f"ECE {100 * c['ece_held_out']:.1f} % on answers it was not fitted on ({c['folds']}-fold; "
+                    f"chance alone: {100 * c['ece_floor']:.1f} % on this many)"
                     if c["ece_held_out"] is not None else "too few answers to measure it held out")
             click.echo(f"  shown calibrated (a map fitted on these {c['count']} answers): {held}")
         else:

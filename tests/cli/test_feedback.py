@@ -84,6 +84,24 @@ def test_eval_reports_each_version_with_counts_and_intervals(database):
     assert out.returncode == 1 and "no scenario 'no_such_scenario'" in out.stderr
 
 
+def test_eval_says_beside_the_calibrated_error_what_chance_alone_gives_on_that_many_answers(database):
+    """Issue 61: a "95 %" that is right half the time, over 70 reviewed answers. The map's error
+    on answers it was not fitted on comes with what a perfect map shows on them by chance (a coin
+    flip's answers scatter around 50 % by some points at this count), so a reader can tell a poor
+    map from a small count."""
+    seeded = seed_structured([BRONZE] * 70, review_states=["approved", "rejected"] * 35,
+                             confidences=[{"sealed": 0.95, "finds": 0.95}] * 70)
+    out = vidlora("eval", seeded.scenario, "--json")
+    assert out.returncode == 0, out.stderr
+    [calibration] = json.loads(out.stdout)["calibration"]
+    shown = calibration["calibrated"]
+    assert shown["applies"] and shown["folds"] == 5 and 0.03 < shown["ece_floor"] < 0.1
+    out = vidlora("eval", seeded.scenario)
+    assert out.returncode == 0, out.stderr
+    assert (f"ECE {100 * shown['ece_held_out']:.1f} % on answers it was not fitted on (5-fold; "
+            f"chance alone: {100 * shown['ece_floor']:.1f} % on this many)") in out.stdout
+
+
 def test_export_training_writes_what_the_engine_saw_and_holds_gold_out(database, tmp_path):
     seeded = seed_structured([BRONZE, BRONZE, BRONZE, BRONZE])
     approved, edited, gold, unreviewed = seeded.result_ids

@@ -192,6 +192,9 @@ def test_confidence_is_shown_calibrated_per_adapter_version_once_enough_answers_
     [cal] = logged_in_client.get(f"/api/v1/scenarios/{seeded.scenario}/calibration").json["versions"]
     assert cal["calibrated"]["applies"] and cal["answers"]["ece"] > 0.4
     assert cal["calibrated"]["ece_held_out"] <= 0.05
+    # Beside it, what chance alone gives on that many answers: a perfect map's error.
+    assert 0.0 < cal["calibrated"]["ece_floor"] < 0.1
     page = logged_in_client.get("/scenarios/").get_data(as_text=True)
     mine = page.split(f'data-testid="calibration-{seeded.scenario}"')[1].split("</caption>")[0]
     assert "Shown calibrated: expected calibration error" in mine and "not fitted on" in mine
+    assert f"(chance alone gives about {100 * cal['calibrated']['ece_floor']:.1f} % on this many answers)" in mine

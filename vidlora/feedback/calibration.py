@@ -24,6 +24,12 @@ pseudo-answer towards its mean raw confidence (a block of 3 answers does not say
 Below ``VIDLORA_CALIBRATION_MIN_ANSWERS`` points a version has no map and its confidence is shown
 as the model gave it. The map is fitted from the points whenever it is asked for, so every
 new review refits it; its error is measured on answers it was not fitted on (k-fold).
+
+How low that error can go depends on the count, not only on the map: even a confidence that is
+exactly right scatters around its bins' means, by chance which answers came out right, and the
+ECE adds those gaps up. ``ece_floor`` is that chance part (what a perfectly calibrated confidence
+shows on the same answers, on average): with 150 answers mostly near "95 %", about 6 %, so an
+error near the floor is all that many answers can tell, and a goal under it needs more answers.
 """
 
 from __future__ import annotations
@@ -90,6 +96,39 @@ def reliability(points: Iterable[tuple[float, bool]], bins: int = BINS) -> Relia
     return Reliability(n, sum(r for g in groups for _, r in g), ece if n else None, out)
 
 
+EXACT_BIN = 200  # points in a bin up to which its floor is summed exactly (quadratic in them)
+
+
+def ece_floor(confidences: Iterable[float], bins: int = BINS) -> float | None:
+    """The ECE that a perfectly calibrated confidence shows on these answers, on average: each
+    answer right with probability its confidence, independently. Per bin the number right is then
+    a sum of unequal coin flips (Poisson binomial), summed exactly; a bin of more than
+    ``EXACT_BIN`` answers takes its normal approximation (E|N(0, s)| = s * sqrt(2 / pi))."""
+    groups: list[list[float]] = [[] for _ in range(bins)]
+    for conf in confidences:
+        groups[min(int(max(conf, 0.0) * bins), bins - 1)].append(min(max(float(conf), 0.0), 1.0))
+    n = sum(len(g) for g in groups)
+    if not n:
+        return None
+    total = 0.0
+    for g in groups:
+        if not g:
+            continue
+        mean = sum(g) / len(g)
+        if len(g) > EXACT_BIN:
+            total += math.sqrt(2 / math.pi) * math.sqrt(sum(p * (1 - p) for p in g)) / n
+            continue
+        dist = [1.0]  # dist[k]: probability that k of the bin's answers so far are right
+        for p in g:
+            nxt = [0.0] * (len(dist) + 1)
+            for k, q in enumerate(dist):
+                nxt[k] += q * (1 - p)
+                nxt[k + 1] += q * p
+            dist = nxt
+        total += len(g) / n * sum(q * abs(k / len(g) - mean) for k, q in enumerate(dist))
+    return total
+
+
 FOLDS = 5  # held-out error of a map: fitted on 4 fifths, measured on the fifth left
 
 
@@ -147,18 +186,20 @@ def fit(points: Sequence[tuple[float, bool]], minimum: int) -> Calibrator | None
 def held_out(points: Sequence[tuple[float, bool]], minimum: int, folds: int = FOLDS) -> dict[str, Any]:
     """ECE of the raw confidence and of the calibrated one on answers the map was not fitted
     on (``folds``-fold, answers dealt to folds in turn; leave-one-out where a fold's training
-    share would fall under ``minimum``); None after where even that falls under it."""
+    share would fall under ``minimum``); None after where even that falls under it. With the
+    calibrated one, ``ece_floor``: what a perfect map would show on those answers."""
     before, n = reliability(points).ece, len(points)
     if n * (folds - 1) / folds < minimum:
         folds = n  # too few for k folds of the minimum: leave one out
     if folds < 2 or n - math.ceil(n / folds) < minimum:
-        return {"ece_before": before, "ece_after": None, "folds": folds}
+        return {"ece_before": before, "ece_after": None, "ece_floor": None, "folds": folds}
     shown = []
     for k in range(folds):
         train = [p for i, p in enumerate(points) if i % folds != k]
         cal = fit(train, minimum)
         shown += [(cal(c), r) for i, (c, r) in enumerate(points) if i % folds == k]
-    return {"ece_before": before, "ece_after": reliability(shown).ece, "folds": folds}
+    return {"ece_before": before, "ece_after": reliability(shown).ece, "ece_floor": ece_floor(c for c, _ in shown),
+            "folds": folds}
 
 
 @dataclass
@@ -178,7 +219,8 @@ class Calibration:
         return {"version": self.version, "sources": dict(self.sources),
                 "answers": reliability(self.answers).as_dict(), "fields": reliability(self.fields).as_dict(),
                 "calibrated": {"applies": cal is not None, "minimum": self.minimum, "count": len(self.answers),
-                               "ece_held_out": _r(checked["ece_after"]), "folds": checked["folds"],
+                               "ece_held_out": _r(checked["ece_after"]), "ece_floor": _r(checked["ece_floor"]),
+                               "folds": checked["folds"],
                                "map": cal.as_dict() if cal else None}}
 
 

@@ -140,6 +140,10 @@ SCHEMAS["Calibration"] = {"type": "object", "properties": {
                    "properties": {"applies": {"type": "boolean"}, "minimum": {"type": "integer"},
                                   "count": {"type": "integer"}, "folds": {"type": "integer"},
                                   "ece_held_out": {"type": "number", "nullable": True},
+                                  "ece_floor": {"type": "number", "nullable": True,
+                                                "description": "What a perfectly calibrated confidence shows on "
+                                                "the same held-out answers, on average (chance alone): "
+                                                "ece_held_out near it is all this many answers can tell"},
                                   "map": {"type": "object", "nullable": True}}}}}
 SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
     "type": "number", "nullable": True, "minimum": 0, "maximum": 1,
