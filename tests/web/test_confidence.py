@@ -140,44 +140,16 @@ CHAMBERS = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "c
                                       {"material": "ceramic", "period": "han", "confidence": 0.9}]}
 
 
-def _worker_output(analysis_id: int, answer: dict, unsure: str):
-    """The answer as the worker leaves it for the store task: the demo model's real tokenizer
-    writes it, every token near-certain but those writing ``unsure`` (one value in the second
-    find) at 30 %, and the worker's own ``with_confidence`` measures it."""
-    import math
-
-    from transformers import AutoTokenizer
-
-    from demo_model import BASE
-    from tests.support.structured import CATALOGUE
-    from vidlora.engine_io import AnalysisOutput, AnalysisRequest
-    from workers.confidence import token_ends, with_confidence
-
-    tokenizer = AutoTokenizer.from_pretrained(str(BASE))
-    text = json.dumps(answer)
-    ids = tokenizer.encode(text)
-    at = text.index(unsure)
-    ends = token_ends(tokenizer, ids, text)
-    starts = [0, *ends[:-1]]
-    logprobs = [math.log(0.3) if a < at + len(unsure) and at < b else math.log(0.995) for a, b in zip(starts, ends)]
-    out = AnalysisOutput(str(analysis_id), text, ids, 300, len(ids), 0.5, "stop", None, logprobs,
-                         health={"ok": True, "reason": None, "checks": {}}, structured=True)
-    request = AnalysisRequest(str(analysis_id), "p", None, [], [], None, None, 256, 0.0, 1.0, None,
-                              output_schema=CATALOGUE)
-    return with_confidence(tokenizer, request, out)
-
-
 def test_the_review_page_says_which_item_of_a_list_the_model_doubted(logged_in_client):
     """Issue 58: "an answer whose one field is a list says only that the list was doubtful, not
     which item". Through the worker's measuring and the store task, each find has its own
     figure on the review page, in the answer's order, the doubtful one marked; the API carries
     the same figures by the form's path."""
-    from tasks.analysis_rows import store
     from tests.support.structured import seed_structured
+    from tests.support.worker_confidence import store_measured
 
     seeded = seed_structured([None])  # an analysis running on a GPU worker
-    store(_worker_output(seeded.analysis_ids[0], CHAMBERS, "tang"), {"model": "tiny"})
-    rid = _result_of(seeded.analysis_ids[0])
+    rid = store_measured(seeded.analysis_ids[0], CHAMBERS, "tang")
     page = logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
     section = page.split('data-testid="confidences"')[1].split("</section>")[0]
 
@@ -213,13 +185,3 @@ def test_an_answer_stored_before_items_were_measured_still_shows_its_fields(logg
     section = page.split('data-testid="confidences"')[1].split("</section>")[0]
     assert 'data-testid="field-confidence-finds"' in section and "field-confidence-finds/" not in section
     assert "stored before items were measured one by one: check each item" in section
-
-
-def _result_of(analysis_id: int) -> int:
-    from sqlalchemy import select
-
-    from vidlora.db import session_scope
-    from vidlora.models import Result
-
-    with session_scope() as session:
-        return session.scalar(select(Result.id).where(Result.analysis_id == analysis_id))
