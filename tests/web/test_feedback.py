@@ -228,9 +228,10 @@ def test_a_scenario_card_reads_in_plain_words_with_the_machine_detail_folded(log
     shown = shown_text("<div " + card)
     assert re.search(r"[0-9a-f]{12}", shown) is None, shown
     assert "max_tokens" not in shown and "temperature=" not in shown and "vidlora " not in shown, shown
-    assert "registration" not in shown and "adapters/catalogue" not in shown, shown
+    assert "registration" not in shown and "adapters/catalogue" not in shown and seeded.scenario not in shown, shown
     # What a reviewer reads stays in view.
-    for words in (seeded.scenario.replace("catalogue_", "Catalogue "), "Held by", "Frames", "Gold set: 0 results", "Reviewer agreement", "Calibration", "serving version",
+    for words in (seeded.scenario.replace("catalogue_", "Catalogue "), "Held by", "Frames", "Gold set: 0 results",
+                  "Reviewer agreement", "Calibration", "serving version",
                   "New version, not serving yet", "retrained on 200 more finds", "Not yet run on the gold set",
                   "Technical details"):
         assert words in shown, words
