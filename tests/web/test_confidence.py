@@ -135,7 +135,8 @@ def test_the_review_page_tells_the_measured_certainty_from_the_answers_confidenc
     assert "least certain item" in explained
 
 
-CHAMBERS = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9},
+CHAMBERS = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9,
+                                       "decoration": "<img src=x onerror=alert(1)>"},
                                       {"material": "jade", "period": "tang", "confidence": 0.9},
                                       {"material": "ceramic", "period": "han", "confidence": 0.9}]}
 
@@ -167,6 +168,8 @@ def test_the_review_page_says_which_item_of_a_list_the_model_doubted(logged_in_c
     first = section.split('data-testid="field-confidence-finds/0"')[1].split("<ul")[0]
     assert ">99 %</span>" in first and "check" not in first
     assert "(1 to check)" in finds.split("<ul")[0]
+    decoration = section.split('data-testid="field-confidence-finds/0/decoration"')[1].split("</li>")[0]
+    assert "“&lt;img src=x onerror=alert(1)&gt;”" in decoration and "<img" not in section  # model text, escaped
     explained = page.split('data-testid="certainty-explained">')[1].split("</p>")[0]
     assert "each item has its own figure" in explained and "below 90 %" in explained
 
