@@ -165,14 +165,15 @@ def _stored(session, analysis: Analysis, output: AnalysisOutput, identity: dict)
 
 
 def add_confidence(result: Result, confidence: AnswerConfidence | None) -> None:
-    """The worker's confidences, typed: the answer's on the result, each field's in its row."""
+    """The worker's confidences, typed: the answer's on the result, each field's and each part's
+    (list item, nested field: ``finds/0/material``) in its row, the fields first."""
     if confidence is None or confidence.answer is None:
         return
     result.confidence = float(confidence.answer)
     result.field_confidences = [
         ResultConfidence(field=storable_text(name)[:255], confidence=float(value),
                          tokens=int(confidence.tokens.get(name, 0)))
-        for name, value in confidence.fields.items()]
+        for name, value in (*confidence.fields.items(), *confidence.parts.items())]
 
 
 def fail(analysis_id: int, reason: str) -> None:

@@ -16,7 +16,7 @@ from vidlora.result_health import ResultHealth
 from vidlora.results.rows import shown_name
 from vidlora.status import stream_words
 from vidlora.reasons import in_words, member_name
-from vidlora.results.confidence import band_of
+from vidlora.results.confidence import DOUBTFUL_BELOW, band_of
 from vidlora.results.fields import in_schema_order
 from vidlora.visible import PATTERN as INVISIBLE_PATTERN, visible
 
@@ -188,7 +188,16 @@ def confidence_text(value: float | None) -> str:
 
 
 def field_label(path: str) -> str:
-    """A field path as the edit form names it: "finds[0].material" -> "Find 1 · material"."""
+    """A field path as the edit form names it: "finds[0].material" -> "Find 1 · material"; a
+    confidence's path ("finds/0/material", as the form's inputs are named) reads the same."""
+    if "/" in path:
+        steps: list[str] = []
+        for step in path.split("/"):
+            if step.isdigit() and steps:
+                steps[-1] += f"[{step}]"
+            else:
+                steps.append(step)
+        path = ".".join(steps)
     words = []
     for part in path.split("."):
         item = _ITEM.match(part)
@@ -213,4 +222,5 @@ def init_app(app: Flask) -> None:
         health_flags=health_flags, health_summary=health_summary, versions_line=versions_line,
         canary_summary=canary_summary, describe_sampling=describe_sampling, stream_words=stream_words,
         INVISIBLE_PATTERN=INVISIBLE_PATTERN, confidence_text=confidence_text, confidence_band=band_of,
+        DOUBTFUL_BELOW=DOUBTFUL_BELOW,
     )

@@ -133,3 +133,58 @@ def test_the_review_page_tells_the_measured_certainty_from_the_answers_confidenc
     explained = page.split('data-testid="certainty-explained">')[1].split("</p>")[0]
     assert "token probabilities" in explained and "not a field of the answer" in explained
     assert "least certain item" in explained
+
+
+CHAMBERS = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9,
+                                       "decoration": "<img src=x onerror=alert(1)>"},
+                                      {"material": "jade", "period": "tang", "confidence": 0.9},
+                                      {"material": "ceramic", "period": "han", "confidence": 0.9}]}
+
+
+def test_the_review_page_says_which_item_of_a_list_the_model_doubted(logged_in_client):
+    """Issue 58: "an answer whose one field is a list says only that the list was doubtful, not
+    which item". Through the worker's measuring and the store task, each find has its own
+    figure on the review page, in the answer's order, the doubtful one marked; the API carries
+    the same figures by the form's path."""
+    from tests.support.structured import seed_structured
+    from tests.support.worker_confidence import store_measured
+
+    seeded = seed_structured([None])  # an analysis running on a GPU worker
+    rid = store_measured(seeded.analysis_ids[0], CHAMBERS, "tang")
+    page = logged_in_client.get(f"/review/results/{rid}").get_data(as_text=True)
+    section = page.split('data-testid="confidences"')[1].split("</section>")[0]
+
+    finds = section.split('data-testid="field-confidence-finds"')[1]
+    assert finds.split("</span>")[0].endswith(">30 %")  # the list: its least certain item, as before
+    items = re.findall(r'<li data-testid="field-confidence-(finds/\d)" data-path="[^"]+"( class="doubtful")?', section)
+    assert items == [("finds/0", ""), ("finds/1", ' class="doubtful"'), ("finds/2", "")]
+    second = section.split('data-testid="field-confidence-finds/1"')[1]
+    assert re.match(r'[^<]*>\s*Find 2\s', second) and ">30 %</span>" in second.split("<ul")[0]
+    assert 'data-testid="check-finds/1"' in second.split("<ul")[0]
+    period = second.split('data-testid="field-confidence-finds/1/period"')[1].split("</li>")[0]
+    assert "period" in period and "“tang”" in period and ">30 %</span>" in period and "check" in period
+    material = second.split('data-testid="field-confidence-finds/1/material"')[1].split("</li>")[0]
+    assert ">99 %</span>" in material and "check" not in material
+    first = section.split('data-testid="field-confidence-finds/0"')[1].split("<ul")[0]
+    assert ">99 %</span>" in first and "check" not in first
+    assert "(1 to check)" in finds.split("<ul")[0]
+    decoration = section.split('data-testid="field-confidence-finds/0/decoration"')[1].split("</li>")[0]
+    assert "“&lt;img src=x onerror=alert(1)&gt;”" in decoration and "<img" not in section  # model text, escaped
+    explained = page.split('data-testid="certainty-explained">')[1].split("</p>")[0]
+    assert "each item has its own figure" in explained and "below 90 %" in explained
+
+    row = logged_in_client.get(f"/api/v1/results/{rid}").get_json()
+    figures = row["model_field_confidence"]
+    assert figures["finds"] == pytest.approx(0.3) and figures["finds/1"] == pytest.approx(0.3)
+    assert figures["finds/1/period"] == pytest.approx(0.3) and figures["finds/0"] == pytest.approx(0.995)
+    assert figures["finds/2/material"] == pytest.approx(0.995)
+
+
+def test_an_answer_stored_before_items_were_measured_still_shows_its_fields(logged_in_client):
+    from tests.support.structured import seed_structured
+
+    seeded = seed_structured([CHAMBERS], confidences=[{"sealed": 0.99, "finds": 0.54}])
+    page = logged_in_client.get(f"/review/results/{seeded.result_ids[0]}").get_data(as_text=True)
+    section = page.split('data-testid="confidences"')[1].split("</section>")[0]
+    assert 'data-testid="field-confidence-finds"' in section and "field-confidence-finds/" not in section
+    assert "stored before items were measured one by one: check each item" in section

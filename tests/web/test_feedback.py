@@ -198,3 +198,56 @@ def test_confidence_is_shown_calibrated_per_adapter_version_once_enough_answers_
     mine = page.split(f'data-testid="calibration-{seeded.scenario}"')[1].split("</caption>")[0]
     assert "Shown calibrated: expected calibration error" in mine and "not fitted on" in mine
     assert f"(chance alone gives about {100 * cal['calibrated']['ece_floor']:.1f} % on this many answers)" in mine
+
+
+def test_a_scenario_card_reads_in_plain_words_with_the_machine_detail_folded(logged_in_client):
+    """Issue 58: "The Scenarios cards are full of machine detail (adapter digests,
+    max_tokens=1024, CLI commands)". The card shows what the scenario is, its frames, who holds
+    it, its gold set, agreement and calibration in words; digests, settings and commands sit in
+    its technical details, closed until opened."""
+    import re
+
+    from sqlalchemy import select
+
+    from tests.support.visible_text import shown_text
+    from vidlora.models import AdapterRelease, Scenario
+    from web.review.actions import apply_review
+
+    serving, candidate = "3f9a61c2d0b47e15" * 4, "d41e9b7702c5aa01" * 4
+    seeded = seed_structured([BRONZE] * 3, confidences=[{"sealed": 0.9, "finds": 0.8}] * 3)
+    with session_scope() as session:
+        scenario = session.scalar(select(Scenario).where(Scenario.name == seeded.scenario))
+        scenario.adapter_path, scenario.adapter_version, scenario.adapter_status = "adapters/catalogue", serving, "ok"
+        scenario.generation = {"max_tokens": 1024, "temperature": 0.0}
+        for rid, action, fields in zip(seeded.result_ids, ("approve", "edit", "reject"), (None, JADE, None)):
+            result = session.get(Result, rid)
+            result.adapter_version = serving
+            apply_review(session, result, action, None, fields=fields, version=result.review_version)
+        session.add(AdapterRelease(scenario_id=scenario.id, version=candidate, path="adapters/catalogue-2",
+                                   status="candidate", note="retrained on 200 more finds"))
+
+    page = logged_in_client.get("/scenarios/").get_data(as_text=True)
+    card = page.split(f'data-testid="scenario-card-{seeded.scenario}"')[1].split("</article>")[0]
+    shown = shown_text("<div " + card)
+    assert re.search(r"[0-9a-f]{12}", shown) is None, shown
+    assert "max_tokens" not in shown and "temperature=" not in shown and "vidlora " not in shown, shown
+    assert "registration" not in shown and "adapters/catalogue" not in shown and seeded.scenario not in shown, shown
+    # What a reviewer reads stays in view.
+    for words in (seeded.scenario.replace("catalogue_", "Catalogue "), "Held by", "Frames", "Gold set: 0 results",
+                  "Reviewer agreement", "Calibration", "serving version",
+                  "New version, not serving yet", "retrained on 200 more finds", "Not yet run on the gold set",
+                  "Technical details"):
+        assert words in shown, words
+    # Each part is there: agreement, calibration, the candidate, the technical details ...
+    for testid in ("agreement", "calibration", f"candidate-{seeded.scenario}-{candidate[:12]}", "technical"):
+        assert f'data-testid="{testid}' in card, testid
+    # ... and the detail is one click away, in the card's technical details.
+    technical = card.split(f'data-testid="technical-{seeded.scenario}"')[1].split("</details>")[0]
+    assert serving in technical and "max_tokens=1024" in technical and "registration: " in technical
+    assert f"vidlora gold export {seeded.scenario} --out DIR" in technical
+    candidate_detail = card.split(f'data-testid="candidate-technical-{seeded.scenario}-{candidate[:12]}"')[1]
+    assert f"vidlora eval {seeded.scenario} --compare {candidate[:12]}" in candidate_detail.split("</details>")[0]
+    # The gold set's page too: the export command folded, its versions in words.
+    gold = logged_in_client.get(f"/scenarios/{seeded.scenario}/gold").get_data(as_text=True)
+    gold_shown = shown_text(gold.split("<main>")[1])
+    assert "vidlora " not in gold_shown and "Technical details" in gold_shown

@@ -62,6 +62,9 @@ def test_a_structured_answer_gets_its_confidences_and_others_stay_unknown(tokeni
     out = with_confidence(tokenizer, _request({"type": "object"}), _output(tokenizer, TEXT))
     assert out.confidence["fields"].keys() == {"chambers", "transcription", "passages"}
     assert out.confidence["answer"] == pytest.approx(0.7788, abs=1e-4)  # exp(-0.25)
+    # Each chamber and its fields too, named as the review form names them (issue 58).
+    assert list(out.confidence["parts"]) == ["chambers/0", "chambers/0/name", "chambers/0/shape", "chambers/1",
+                                             "chambers/1/name"]
     assert with_confidence(tokenizer, _request(None), _output(tokenizer, TEXT)).confidence is None  # free text
     failed = _output(tokenizer, TEXT, error="degenerate output")
     assert with_confidence(tokenizer, _request({"type": "object"}), failed).confidence is None

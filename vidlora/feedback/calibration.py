@@ -48,6 +48,7 @@ from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_answer
 from vidlora.lifecycle import ReviewState
 from vidlora.models import AdapterRelease, Analysis, Result, ResultConfidence, Scenario
+from vidlora.results.confidence import is_part
 from vidlora.results.fields import FieldSpec, schema_fields
 
 BINS = 10
@@ -250,6 +251,8 @@ def _add(cal: Calibration, source: str, specs: list[FieldSpec], confidence: floa
     if reviewed is None:
         return  # rejected: which field was wrong is not known
     for name, conf in field_conf.items():
+        if is_part(name):
+            continue  # a list item's figure: calibrated through its field's (reviews compare fields)
         right = _field_right(specs, name, model, reviewed, relative)
         if right is not None:
             cal.fields.append((conf, right))

@@ -13,7 +13,7 @@ the reason (``AdapterRelease.forced_reason``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -32,10 +32,13 @@ class Verdict:
     """Whether promote serves the candidate; the reasons it refuses, in words."""
 
     gold_run: GoldRun
-    blockers: list[str]
+    blockers: list[str]  # as the CLI and the API say them: with the command that clears each
     candidate: Rate | None = None
     baseline: Rate | None = None
     baseline_from: str | None = None  # "serving version <v>'s answers" or "the stored answers"
+    # The same reasons for the Scenarios page's plain-words view: no names, digests or commands
+    # (the page folds those into its technical details).
+    in_words: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -59,17 +62,20 @@ def verdict(session: Session, scenario: Scenario, release: AdapterRelease, repor
         blockers.append(f"{scenario.name} has no gold set to prove it on: mark reviewed results gold "
                         "(Mark as gold, or vidlora gold add RESULT_ID...), then vidlora eval "
                         f"{scenario.name} --compare {release.version[:12]} --run")
-        return Verdict(run, blockers)
+        return Verdict(run, blockers, in_words=[
+            "there is no gold set to prove it on: mark reviewed results gold (Mark as gold on their review "
+            "page), then have it run on the gold set"])
     if not run.ran:
         blockers.append(f"it has not answered the gold set: vidlora eval {scenario.name} --compare "
                         f"{release.version[:12]} --run")
-        return Verdict(run, blockers)
+        return Verdict(run, blockers, in_words=["it has not answered the gold set yet"])
     if run.answered < run.gold:
         blockers.append(f"its gold run {run.words()}")
-        return Verdict(run, blockers)
+        return Verdict(run, blockers, in_words=list(blockers))
     right = report["answers_right"]["candidate"] if report else None
     candidate = Rate(right["count"], right["of"]) if right else None
     baseline, source = _baseline(session, scenario, serving, gold, relative, report)
+    in_words: list[str] = []
     if candidate is not None and baseline is not None and baseline.n and candidate.n:
         # Worse beyond the intervals: the candidate's 95 % interval lies wholly below the
         # baseline's (intervals that overlap are versions the gold set cannot yet tell apart).
@@ -78,7 +84,9 @@ def verdict(session: Session, scenario: Scenario, release: AdapterRelease, repor
             blockers.append(f"its whole answers are right {_pct(candidate)} on the gold set, worse than "
                             f"{source}, {_pct(baseline)}, beyond the 95 % intervals (up to {100 * high:.0f} % "
                             f"against at least {100 * low:.0f} %)")
-    return Verdict(run, blockers, candidate, baseline, source)
+            in_words.append(blockers[-1].replace(source, "the serving version's answers")
+                            if source and source.startswith("serving version") else blockers[-1])
+    return Verdict(run, blockers, candidate, baseline, source, in_words)
 
 
 def _baseline(session: Session, scenario: Scenario, serving: AdapterRelease | None, gold: list[Result],

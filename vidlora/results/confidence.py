@@ -12,6 +12,13 @@ about the video. So a field's confidence is read from its *decision characters* 
   ``]`` (how many items there are is a decision too: "4 chambers" is written as 4 items);
 - an object: its values' decision characters (never its keys).
 
+Each part of a field gets its own figure too, so a reviewer sees *which* item to check: an
+array item's is read from its own decision characters plus the ``,`` before it (the decision
+that the item exists at all; the first item's is the structure the grammar opened), a nested
+object field's from its value's. Parts are named by their path as the review form names its
+inputs, without the form's prefix: ``finds/0``, ``finds/0/material``, ``finds/1``. A field's
+figure is the least of its parts' and its own decisions (the closing ``]``).
+
 Every token whose text overlaps a decision character of the field counts. The field's
 confidence is the **smallest** probability among them: a value is wrong as soon as one of its
 decisions is, and the tokens after a decision (the rest of an enum word, a name's next
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,23 +64,43 @@ def band_of(confidence: float | None) -> str:
 
 @dataclass(frozen=True)
 class AnswerConfidence:
-    """One answer's confidences: the answer's, and each top-level field's (schema order)."""
+    """One answer's confidences: the answer's, each top-level field's (the answer's order), and
+    each part's inside them (``parts``: list items and nested fields by path, ``finds/0/material``).
+    ``parts`` is empty for answers whose worker measured fields only (before issue 58)."""
 
     answer: float | None
     fields: dict[str, float] = field(default_factory=dict)
-    tokens: dict[str, int] = field(default_factory=dict)  # decision tokens per field
+    tokens: dict[str, int] = field(default_factory=dict)  # decision tokens per field and part
     method: str = METHOD
+    parts: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"answer": self.answer, "fields": dict(self.fields), "tokens": dict(self.tokens),
-                "method": self.method}
+                "method": self.method, "parts": dict(self.parts)}
 
     @classmethod
     def of(cls, data: dict[str, Any] | None) -> "AnswerConfidence | None":
         if not data:
             return None
         return cls(data.get("answer"), dict(data.get("fields") or {}), dict(data.get("tokens") or {}),
-                   data.get("method", METHOD))
+                   data.get("method", METHOD), dict(data.get("parts") or {}))
+
+
+SEP = "/"  # between a path's steps, as the review form names its inputs (f/finds/0/material)
+
+
+def is_part(path: str) -> bool:
+    """Whether a stored confidence's name is a part inside a field rather than a top-level field."""
+    return SEP in path
+
+
+# The review page marks a figure for checking below the "high" band (the bands it draws in
+# red and amber).
+DOUBTFUL_BELOW = next(low for key, _label, low, _high in BANDS if key == "high")
+
+
+def doubtful(confidence: float | None) -> bool:
+    return confidence is not None and confidence < DOUBTFUL_BELOW
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -81,8 +109,12 @@ def _skip_ws(text: str, i: int) -> int:
     return i
 
 
-def _decisions(text: str, start: int) -> tuple[int, list[tuple[int, int]]]:
-    """(end of the value starting at ``start``, its decision character ranges [a, b))."""
+Parts = dict[str, list[tuple[int, int]]]
+
+
+def _decisions(text: str, start: int, path: str = "", parts: Parts | None = None) -> tuple[int, list[tuple[int, int]]]:
+    """(end of the value starting at ``start``, its decision character ranges [a, b)); with
+    ``parts``, each item and nested field inside the value at ``path`` is added to it too."""
     ch = text[start]
     if ch == "{":
         ranges: list[tuple[int, int]] = []
@@ -90,10 +122,15 @@ def _decisions(text: str, start: int) -> tuple[int, list[tuple[int, int]]]:
         if text[i] == "}":
             return i + 1, [(i, i + 1)]  # an empty object: its closing brace is all it decided
         while True:
-            _key, i = _DECODER.raw_decode(text, i)
+            key, i = _DECODER.raw_decode(text, i)
             i = _skip_ws(text, i)
             i = _skip_ws(text, i + 1)  # the colon
-            i, inner = _decisions(text, i)
+            child = f"{path}{SEP}{key}"
+            if parts is not None:
+                parts[child] = []  # its place in the answer's order, before its own parts
+            i, inner = _decisions(text, i, child, parts)
+            if parts is not None:
+                parts[child] = inner
             ranges += inner
             i = _skip_ws(text, i)
             if text[i] == "}":
@@ -104,11 +141,18 @@ def _decisions(text: str, start: int) -> tuple[int, list[tuple[int, int]]]:
         i = _skip_ws(text, start + 1)
         if text[i] == "]":
             return i + 1, [(i, i + 1)]
+        index, before = 0, []
         while True:
-            i, inner = _decisions(text, i)
+            child = f"{path}{SEP}{index}"
+            if parts is not None:
+                parts[child] = []
+            i, inner = _decisions(text, i, child, parts)
+            if parts is not None:
+                parts[child] = before + inner  # the "," that chose to write this item, and the item
             ranges += inner
             i = _skip_ws(text, i)
             ranges.append((i, i + 1))  # "," (another item) or "]" (no more)
+            before, index = [(i, i + 1)], index + 1
             if text[i] == "]":
                 return i + 1, ranges
             i = _skip_ws(text, i + 1)
@@ -121,9 +165,10 @@ def _decisions(text: str, start: int) -> tuple[int, list[tuple[int, int]]]:
     return end, [(start, end)]
 
 
-def field_spans(text: str) -> dict[str, list[tuple[int, int]]] | None:
+def field_spans(text: str, parts: Parts | None = None) -> dict[str, list[tuple[int, int]]] | None:
     """Each top-level field of a JSON object answer with its decision character ranges, in the
-    answer's order; None when the text is not one JSON object."""
+    answer's order; None when the text is not one JSON object. With ``parts``, every list item
+    and nested field inside the fields is added to it by path (``finds/0/material``)."""
     try:
         i = _skip_ws(text, 0)
         if i >= len(text) or text[i] != "{":
@@ -138,7 +183,7 @@ def field_spans(text: str) -> dict[str, list[tuple[int, int]]] | None:
             if text[i] != ":":
                 return None
             i = _skip_ws(text, i + 1)
-            i, ranges = _decisions(text, i)
+            i, ranges = _decisions(text, i, str(key), parts)
             out[str(key)] = ranges
             i = _skip_ws(text, i)
             if text[i] == "}":
@@ -159,31 +204,52 @@ def _aggregate(probs: list[float], method: str) -> float:
     return min(probs)
 
 
+def _overlapping(starts: Sequence[int], ends: Sequence[int], ranges: list[tuple[int, int]]) -> list[int]:
+    """The tokens whose text overlaps any of ``ranges`` (sorted, as the parser found them)."""
+    found: list[int] = []
+    for lo, hi in ranges:
+        t = bisect_right(ends, lo)  # the first token that ends after lo
+        while t < len(ends) and starts[t] < hi:
+            if ends[t] > starts[t]:
+                found.append(t)
+            t += 1
+    return sorted(set(found))
+
+
 def field_confidence(text: str, token_ends: Sequence[int], logprobs: Sequence[float],
                      method: str = METHOD) -> AnswerConfidence | None:
-    """Per-field and answer confidence of a JSON answer. ``token_ends[i]`` is where token
-    ``i``'s text ends in ``text`` (token i covers ``token_ends[i-1]..token_ends[i]``) and
+    """Per-field, per-part and answer confidence of a JSON answer. ``token_ends[i]`` is where
+    token ``i``'s text ends in ``text`` (token i covers ``token_ends[i-1]..token_ends[i]``) and
     ``logprobs[i]`` its logprob. None when it cannot be told (not a JSON object, tokens that
     do not cover the text, a missing or non-finite logprob on a decision)."""
     if len(token_ends) != len(logprobs) or not token_ends or token_ends[-1] != len(text):
         return None
-    spans = field_spans(text)
+    found: Parts = {}
+    spans = field_spans(text, found)
     if spans is None:
         return None
     starts = [0, *token_ends[:-1]]
-    fields: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for name, ranges in spans.items():
+
+    def measure(ranges: list[tuple[int, int]]) -> list[float] | None:
         probs = []
-        for t, (a, b) in enumerate(zip(starts, token_ends)):
-            if b > a and any(a < hi and lo < b for lo, hi in ranges):
-                lp = logprobs[t]
-                if lp is None or not math.isfinite(lp):
-                    return None
-                probs.append(math.exp(min(lp, 0.0)))
-        if probs:
-            fields[name] = round(_aggregate(probs, method), 6)
-            counts[name] = len(probs)
+        for t in _overlapping(starts, token_ends, ranges):
+            lp = logprobs[t]
+            if lp is None or not math.isfinite(lp):
+                return None
+            probs.append(math.exp(min(lp, 0.0)))
+        return probs
+
+    fields: dict[str, float] = {}
+    parts: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for into, named in ((fields, spans), (parts, found)):
+        for name, ranges in named.items():
+            probs = measure(ranges)
+            if probs is None:
+                return None
+            if probs:
+                into[name] = round(_aggregate(probs, method), 6)
+                counts[name] = len(probs)
     if not fields:
         return None
-    return AnswerConfidence(min(fields.values()), fields, counts, method)
+    return AnswerConfidence(min(fields.values()), fields, counts, method, parts)

@@ -16,7 +16,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 from sqlalchemy import Select
@@ -26,7 +26,7 @@ from vidlora.db import snapshot_scope
 from vidlora.models import Analysis, Batch, FrameSet, Result, Review
 from vidlora.results.fields import FieldSpec
 from vidlora.results.query import ResultFilters, result_query, scenario_fields, scenario_schema
-from vidlora.results.rows import COLUMNS, row_dict
+from vidlora.results.rows import COLUMNS, row_dict, stored_confidences
 
 CHUNK = 500
 FORMATS = ("csv", "items", "jsonl", "parquet")
@@ -64,18 +64,27 @@ def _neutral_leaves(value: Any) -> Any:
 def with_provenance(stmt: Select) -> Select:
     """Load what a row names besides the answer (frames, reviews) with the rows, not per row,
     and only what a row shows: a frame set's and a batch's few columns joined in, the engine's
-    token ids (hundreds per answer) never read. At 100k rows loading is most of an export."""
+    token ids (hundreds per answer) never read. At 100k rows loading is most of an export.
+    The confidences are read apart, as plain rows (``provenance_rows``)."""
     return stmt.options(joinedload(Analysis.frame_set).load_only(FrameSet.deinterlace, FrameSet.timestamps),
                         joinedload(Analysis.batch).load_only(Batch.name),
                         defer(Result.token_ids),
-                        selectinload(Result.reviews).selectinload(Review.user),
-                        selectinload(Result.field_confidences))
+                        selectinload(Result.reviews).selectinload(Review.user))
+
+
+def provenance_rows(session: Session, rows: Sequence) -> Iterator[dict]:
+    """``row_dict`` of each (analysis, result, video, scenario) of one chunk, the chunk's
+    confidences read in one query."""
+    confidences = stored_confidences(session, [r[1].id for r in rows if r[1] is not None])
+    for analysis, result, video, scenario in rows:
+        yield row_dict(analysis, result, video, scenario,
+                       confidences.get(result.id, {}) if result is not None else None)
 
 
 def _rows(session: Session, filters: ResultFilters) -> Iterator[dict]:
     stmt = with_provenance(result_query(session, filters)).execution_options(yield_per=CHUNK)
-    for analysis, result, video, scenario in session.execute(stmt):
-        yield row_dict(analysis, result, video, scenario)
+    for chunk in session.execute(stmt).partitions():
+        yield from provenance_rows(session, chunk)
 
 
 def _cell(value) -> str:

@@ -150,7 +150,9 @@ SCHEMAS["ResultRow"]["properties"]["model_confidence"] = {
     "description": "How sure the model was of the answer: its least certain field's confidence; null: unknown"}
 SCHEMAS["ResultRow"]["properties"]["model_field_confidence"] = {
     "type": "object", "nullable": True, "additionalProperties": {"type": "number"},
-    "description": "Per top-level field of the answer, the probability of the model's weakest choice in its value"}
+    "description": ("Per top-level field of the answer, the probability of the model's weakest choice in its value; "
+                    "also per list item and nested field, by the edit form's path (finds/0, finds/0/material) "
+                    "for answers measured since issue 58")}
 SCHEMAS["ResultRow"]["properties"]["fields"]["description"] = (
     "A structured scenario's answer as data: the reviewer's edit, else the model's (model_fields)")
 SCHEMAS["ResultDetail"] = {"allOf": [_ref("ResultRow"), {"type": "object", "properties": {

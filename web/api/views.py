@@ -13,7 +13,7 @@ from vidlora.feedback.measure import EvalError, scenario_agreement, scenario_or_
 from vidlora.feedback.releases import releases
 from vidlora.lifecycle import AdapterStatus
 from vidlora.models import Batch, Result, Review, Scenario
-from vidlora.results.export import with_provenance
+from vidlora.results.export import provenance_rows, with_provenance
 from vidlora.results.fields import changes, final_value
 from vidlora.digits import whole_number
 from vidlora.results.query import (CONFIDENCE_BANDS, FilterError, bounded_count, confidence_facet, count, facets,
@@ -153,7 +153,7 @@ def results():
     total = bounded_count(session, stmt)  # an exact count reads the whole list: seconds at 100k
     rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
     return jsonify(page=page, per_page=size, total=total.n, total_exact=total.exact, filters=filters.as_args(),
-                   results=[row_dict(*row) for row in rows])
+                   results=list(provenance_rows(session, rows)))
 
 
 @bp.get("/results/export.csv")

@@ -25,6 +25,7 @@ from web.review.actions import (
     load_for_review,
     output_schema,
 )
+from web.review.certainty import certainty_tree
 from web.review.diff import word_diff
 from web.review.merge import Removed, merge3
 from web.review.schema_form import FormError, as_posted, form_tree, read_form
@@ -102,6 +103,7 @@ def _page(result: Result, error: str | None = None, draft=None, note: str = "", 
     return render_template(
         "review/result.html", frame_set=frame_set, playable=media_file(analysis.video.path) is not None,
         result=result, analysis=result.analysis, video=result.analysis.video,
+        certainty=certainty_tree(result.field_confidences, result.parsed),
         scenario=result.analysis.scenario, history=entries, diff=diff, field_diff=field_diff, form=form,
         answer=in_schema_order(final_value(result), schema), error=error, around=around, queue_args=queue_args,
         draft=current_text(result) if draft is None or schema is not None else draft, note=note, conflict=conflict,

@@ -88,6 +88,13 @@ def test_gold_and_agreement_pages(live_server, reviewer, browser, screenshots, v
     # A card a reviewer can take in: prompts folded, the notation explained where it is used,
     # and no table splits a word or a number across lines ("Resu lts", "1002 0").
     assert card.locator(f"[data-testid=prompts-{versions.scenario}]").get_attribute("open") is None
+    # The machine detail is folded (issue 58): no digest in view until "Technical details" opens.
+    technical = card.locator(f"[data-testid=technical-{versions.scenario}]")
+    version = card.locator(f"[data-testid=adapter-version-{versions.scenario}]")
+    assert technical.get_attribute("open") is None and not version.is_visible()
+    technical.locator("summary").click()
+    assert version.is_visible() and version.inner_text() == "8c2e07b5a91d43f6"
+    technical.locator("summary").click()  # closed again for the card's height and screenshot
     assert "5 · 71 % 36–92" in card.locator(f"[data-testid=agreement-legend-{versions.scenario}]").inner_text()
     assert card.bounding_box()["height"] < 1400
     assert page.evaluate(SPLIT_TOKENS, f"[data-testid=scenario-card-{versions.scenario}], [data-testid=latency]") == []

@@ -271,3 +271,28 @@ def test_a_long_hostile_name_wraps_and_shows_what_it_is(live_server, reviewer, b
     page.goto(f"{live_server}/videos/{video_id}")
     page.screenshot(path=str(screenshots / "long-hostile-name.png"))
     page.close()
+
+
+def test_the_review_page_shows_which_find_the_model_doubted(live_server, reviewer, browser, screenshots, database):
+    """Issue 58: a list's one figure said the list was doubtful, not which item. The worker's
+    measured figures for each find, in the answer's order under the list, the doubtful one
+    marked in words beside its red figure."""
+    from tests.support.worker_confidence import store_measured
+
+    answer = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.9},
+                                        {"material": "jade", "period": "tang", "confidence": 0.9},
+                                        {"material": "ceramic", "period": "han", "confidence": 0.9}]}
+    seeded = seed_structured([None])
+    rid = store_measured(seeded.analysis_ids[0], answer, "jade")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(30_000)
+    sign_in(page, live_server)
+    page.goto(f"{live_server}/review/results/{rid}")
+    doubted = page.locator("[data-testid='field-confidence-finds/1']")
+    assert doubted.is_visible() and doubted.get_attribute("class") == "doubtful"
+    assert page.locator("[data-testid='check-finds/1']").is_visible()
+    assert page.inner_text("[data-testid='field-confidence-finds/1/material'] .confidence") == "30 %"
+    assert page.inner_text("[data-testid='field-confidence-finds/0'] .confidence") == "99 %"
+    assert page.locator("[data-testid=confidences] .check").count() == 2  # the find, and its material
+    page.locator("[data-testid=confidences]").screenshot(path=str(screenshots / "review-item-certainty.png"))
+    page.close()

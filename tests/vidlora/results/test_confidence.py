@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from vidlora.results.confidence import BANDS, band_of, field_confidence, field_spans
+from vidlora.results.confidence import (BANDS, AnswerConfidence, band_of, doubtful, field_confidence, field_spans,
+                                       is_part)
 
 ANSWER = ('{"chamber_count":12,"chambers":[{"name":"north","shape":"round"},{"name":"é"}],'
           '"sealed":true,"damage":[],"note":""}')
@@ -23,6 +24,46 @@ def test_a_fields_decisions_are_its_values_never_its_keys_or_the_structure():
         "damage": ["]"],  # an empty list: choosing no item is its one decision
         "note": ['"'],  # an empty string: its closing quote
     }
+
+
+def _parts(text: str) -> dict[str, list[str]]:
+    found: dict = {}
+    field_spans(text, found)
+    return {k: [text[a:b] for a, b in ranges] for k, ranges in found.items()}
+
+
+def test_each_list_item_and_nested_field_has_its_own_decisions_named_as_the_form_names_them():
+    """Issue 58: a list's one figure said the list was doubtful, not which item."""
+    assert _parts(ANSWER) == {
+        "chambers/0": ['north"', 'round"'],  # the first item: its values (the grammar opened it)
+        "chambers/0/name": ['north"'],
+        "chambers/0/shape": ['round"'],
+        "chambers/1": [",", 'é"'],  # a later item: the "," that chose to write it, and its values
+        "chambers/1/name": ['é"'],
+    }  # the closing "]" (no more chambers) is the list's own decision, in its field's figure
+    assert _parts('{"m": ["a", {"k": [1, 2]}], "n": {"o": "p"}}') == {
+        "m/0": ['a"'], "m/1": [",", "1,", ",", "2]", "]"], "m/1/k": ["1,", ",", "2]", "]"], "m/1/k/0": ["1,"],
+        "m/1/k/1": [",", "2]"], "n/o": ['p"']}
+
+
+def test_an_items_confidence_is_its_own_least_likely_decision_and_the_list_keeps_the_least():
+    text, ends = _tokens('{"finds":[{"m":"', "bronze", '"},{"m":"', "ja", "de", '"}', "]", "}")
+    lps = [math.log(p) for p in (0.1, 0.95, 0.8, 0.3, 0.99, 0.97, 0.9, 0.2)]
+    conf = field_confidence(text, ends, lps)
+    # finds/0: "bronze" 0.95 and its closing quote 0.8, which token 2 writes together with the
+    # "," that chose a second item (so it counts for both items); finds/1: "ja" 0.3.
+    assert conf.parts == {"finds/0": pytest.approx(0.8), "finds/0/m": pytest.approx(0.8),
+                          "finds/1": pytest.approx(0.3), "finds/1/m": pytest.approx(0.3)}
+    assert conf.fields == {"finds": pytest.approx(0.3)} and conf.answer == pytest.approx(0.3)
+    assert conf.tokens["finds/1/m"] == 3 and conf.tokens["finds"] == 6
+    assert AnswerConfidence.of(conf.as_dict()) == conf
+    # A worker from before parts were measured sends fields only: read as no parts.
+    assert AnswerConfidence.of({"answer": 0.3, "fields": {"finds": 0.3}, "tokens": {"finds": 6}}).parts == {}
+
+
+def test_a_figure_is_doubtful_below_the_high_band():
+    assert [doubtful(x) for x in (0.1, 0.89, 0.9, 1.0, None)] == [True, True, False, False, False]
+    assert is_part("finds/0/material") and not is_part("finds")
 
 
 def test_spaces_between_tokens_are_allowed_and_not_decisions():
