@@ -69,7 +69,14 @@ def _health_columns(result: Result | None) -> dict[str, Any]:
             "health_quality": health.quality}
 
 
-def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: Scenario) -> dict[str, Any]:
+def _answer(value: Any, scenario: Scenario, ordered: bool) -> Any:
+    return in_schema_order(value, scenario.output_schema) if ordered else value
+
+
+def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: Scenario,
+             ordered: bool = True) -> dict[str, Any]:
+    """``ordered``: the answers' keys in the schema's order (JSON shows them to people); a CSV
+    cell reads a field by its path and writes objects with sorted keys, so it skips that."""
     final = None
     last_review = last_note = None
     if result is not None:
@@ -125,7 +132,7 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "health": result.health if result else None,
         "created_at": iso_utc(analysis.created_at),
         "finished_at": iso_utc(analysis.finished_at),
-        "fields": in_schema_order(final_value(result), scenario.output_schema) if result else None,
-        "model_fields": in_schema_order(result.parsed, scenario.output_schema) if result else None,
+        "fields": _answer(final_value(result), scenario, ordered) if result else None,
+        "model_fields": _answer(result.parsed, scenario, ordered) if result else None,
         "gold": result.gold_at is not None if result else None,
     }
