@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import Agreement, Reviewed, agreement
+from vidlora.feedback.memo import remembered
 from vidlora.lifecycle import ReviewState
 from vidlora.models import Analysis, Result, Scenario
 from vidlora.results.fields import schema_fields
@@ -41,8 +44,16 @@ def reviewed_row(result: Result) -> Reviewed:
 def scenario_agreement(session: Session, scenario: Scenario, version: str | None = None,
                        relative: float = 0.05) -> list[Agreement]:
     """One ``Agreement`` per adapter version that made results of the scenario, the version
-    with the newest result first; ``version`` (or a prefix of it) keeps that one only. The
-    counts per version come from one grouped query; only reviewed results' answers are read
+    with the newest result first; ``version`` (or a prefix of it) keeps that one only.
+    Computed again only once the scenario's results changed (``memo``)."""
+    kept = remembered(session, scenario, ("agreement", version, relative),
+                      lambda: _scenario_agreement(session, scenario, version, relative))
+    return copy.deepcopy(kept)
+
+
+def _scenario_agreement(session: Session, scenario: Scenario, version: str | None,
+                        relative: float) -> list[Agreement]:
+    """The counts per version come from one grouped query; only reviewed results' answers are read
     (a tenth of them at 100k results: reading every answer made the Scenarios page take
     seconds, issue 58)."""
     mine = [Analysis.scenario_id == scenario.id]
