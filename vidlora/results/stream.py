@@ -92,7 +92,7 @@ def chunks(session: Session, filters: ResultFilters, chunk: int, ordered: bool =
             scenario = scenarios.get(analysis.scenario_id)
             if scenario is None:
                 scenario = scenarios[analysis.scenario_id] = session.get(Scenario, analysis.scenario_id)
-            out.append(row_dict(analysis, result, _record(VIDEO, row[r:v]), scenario, ordered))
+            out.append(row_dict(analysis, result, _record(VIDEO, row[r:v]), scenario, ordered=ordered))
         yield out
 
 
