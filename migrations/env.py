@@ -12,8 +12,8 @@ config = context.config
 target_metadata = Base.metadata
 
 # Indexes written by hand in migrations that autogenerate cannot represent (PostgreSQL
-# full-text expression index); `alembic check` must not report them as drift.
-MANUAL_INDEXES = {"ix_result_fts"}
+# full-text expression index, trigram indexes); `alembic check` must not report them as drift.
+MANUAL_INDEXES = {"ix_result_fts", "ix_video_original_name_trgm", "ix_batch_item_name_trgm"}
 
 
 def include_object(obj, name, type_, reflected, compare_to):

@@ -91,3 +91,19 @@ def test_0004_keeps_stored_answers_and_indexes_their_fields(empty_pg):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT pg_typeof(parsed)::text FROM result")).scalar() == "json"
     engine.dispose()
+
+
+def test_0017_indexes_file_and_member_names_for_the_search_box_on_postgresql(empty_pg):
+    """The search box matches any part of a name (ILIKE '%word%'): trigram indexes answer that
+    without reading every name; downgrading drops them."""
+    assert alembic(empty_pg, "upgrade", "head").returncode == 0
+    engine = create_engine(empty_pg)
+    with engine.connect() as conn:
+        indexes = dict(conn.execute(text("SELECT indexname, indexdef FROM pg_indexes "
+                                         "WHERE indexname LIKE '%trgm'")).all())
+    assert set(indexes) == {"ix_video_original_name_trgm", "ix_batch_item_name_trgm"}
+    assert all("gin_trgm_ops" in d for d in indexes.values())
+    assert alembic(empty_pg, "downgrade", "0016").returncode == 0
+    with engine.connect() as conn:
+        assert not conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%trgm'")).all()
+    engine.dispose()

@@ -89,6 +89,19 @@ def test_search_can_use_the_gin_index(database):
     assert any("ix_result_fts" in line for line in plan), plan
 
 
+def test_a_name_search_can_use_the_trigram_indexes(database):
+    """A word of a file or batch member name is found from the names' trigram indexes
+    (migration 0017), not by testing every video's names (seconds at 100k videos)."""
+    from vidlora.results.query import ResultFilters, build_query
+
+    stmt = build_query(ResultFilters(q="Ölgefäß"), postgres=True)
+    with session_scope() as session:
+        session.execute(text("SET LOCAL enable_seqscan = off"))
+        sql = str(stmt.compile(session.get_bind(), compile_kwargs={"literal_binds": True}))
+        plan = "\n".join(row[0] for row in session.connection().exec_driver_sql("EXPLAIN " + sql))
+    assert "ix_video_original_name_trgm" in plan and "ix_batch_item_name_trgm" in plan, plan
+
+
 def test_results_page_escapes_model_output(logged_in_client, factory):
     made = factory.batch({"artifact_identification": XSS})
     html = logged_in_client.get(f"/results/?batch={made.batch_id}").get_data(as_text=True)

@@ -17,6 +17,7 @@ import math
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from vidlora.lifecycle import ReviewState
@@ -102,13 +103,22 @@ def values_of(answer: Any, spec: FieldSpec) -> list[Any]:
     lacks it), or one value for a top-level field."""
     if not isinstance(answer, dict):
         return []
-    if spec.array is None or (spec.many and spec.array == spec.path):
-        return [_walk(answer, spec.path.split("."))]
-    items = _walk(answer, spec.array.split("."))
+    whole, array, rest = _parts(spec.path, spec.array, spec.many)
+    if array is None:
+        return [_walk(answer, whole)]
+    items = _walk(answer, array)
     if not isinstance(items, list):
         return []
-    rest = spec.path[len(spec.array) + 1:].split(".") if spec.path != spec.array else []
     return [_walk(item, rest) if rest else item for item in items]
+
+
+@lru_cache(maxsize=1024)
+def _parts(path: str, array: str | None, many: bool) -> tuple[list[str], list[str] | None, list[str]]:
+    """A field's path split once, not per answer (the Scenarios page scores every reviewed one):
+    the whole path, its array's (None: one value per answer), and the rest within an item."""
+    if array is None or (many and array == path):
+        return path.split("."), None, []
+    return path.split("."), array.split("."), path[len(array) + 1:].split(".") if path != array else []
 
 
 def _walk(node: Any, parts: list[str]) -> Any:
@@ -123,7 +133,8 @@ def score_field(spec: FieldSpec, model: Any, reviewed: Any, relative: float) -> 
     """(right, compared) for one field of one result. Items pair by position; an item only one
     side has is a wrong value (the model missed a find, or invented one); a field neither side
     gives is not compared."""
-    left, right = values_of(model, spec), values_of(reviewed, spec)
+    left = values_of(model, spec)
+    right = left if reviewed is model else values_of(reviewed, spec)  # approved unchanged: one answer
     compared = correct = 0
     for i in range(max(len(left), len(right))):
         a = left[i] if i < len(left) else None

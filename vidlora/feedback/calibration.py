@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from vidlora.feedback.agreement import answer_right, score_field
 from vidlora.feedback.gold import gold_results
 from vidlora.feedback.measure import reviewed_answer
+from vidlora.feedback.memo import remembered
 from vidlora.lifecycle import ReviewState
 from vidlora.models import AdapterRelease, Analysis, Result, ResultConfidence, Scenario
 from vidlora.results.confidence import is_part
@@ -263,6 +264,17 @@ def scenario_calibration(session: Session, scenario: Scenario, version: str | No
     """One ``Calibration`` per adapter version with reviewed answers (or gold answers) that have
     a confidence, the newest version first; ``version`` (or a prefix of it) keeps that one."""
     specs = schema_fields(scenario.output_schema)
+    # The reviews' points, kept until the scenario's results change (``memo``); the gold set's
+    # (a few candidates' answers on a few videos) read each time.
+    kept = remembered(session, scenario, ("calibration", version, relative, minimum),
+                      lambda: _review_points(session, scenario, specs, version, relative, minimum))
+    out = {v: Calibration(v, list(c.answers), list(c.fields), dict(c.sources), c.minimum) for v, c in kept.items()}
+    _add_gold(session, scenario, specs, version, relative, out, minimum)
+    return list(reversed(out.values()))  # versions in order of their first point: newest last
+
+
+def _review_points(session: Session, scenario: Scenario, specs: list[FieldSpec], version: str | None,
+                   relative: float, minimum: int) -> dict[str | None, Calibration]:
     stmt = (select(Result.id, Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
                    Result.confidence, Result.text, Result.edited_text)
             .join(Analysis, Analysis.id == Result.analysis_id)
@@ -286,8 +298,7 @@ def scenario_calibration(session: Session, scenario: Scenario, version: str | No
         right = state != ReviewState.REJECTED and answer_right(specs, parsed, reviewed, relative, text, reviewed_text)
         _add(out.setdefault(v, Calibration(v, minimum=minimum)), "reviews", specs, conf, by_field.get(rid, {}), parsed, reviewed,
              right, relative)
-    _add_gold(session, scenario, specs, version, relative, out, minimum)
-    return list(reversed(out.values()))  # versions in order of their first point: newest last
+    return out
 
 
 def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], version: str | None, relative: float,

@@ -4,8 +4,9 @@ arrays), JSON Lines with the typed answer, and Parquet with the answer as typed 
 CSV columns: the row's columns (``rows.COLUMNS``), then, for a structured scenario, one
 ``field.<path>`` column per top-level scalar of its schema, and one per top-level array
 holding the array as JSON; ``items`` gives each array item its own row with a column per
-field. Every generator opens its own session and reads in chunks (``yield_per``), so an
-export of every result neither holds the caller's session nor loads everything into memory;
+field. Every generator opens its own session and reads plain rows in chunks from a
+server-side cursor (``vidlora.results.stream``), so an export of every result neither holds
+the caller's session nor loads everything into memory;
 that session is one snapshot (``snapshot_scope``): every row, its reviews and the header are
 read at one moment, however long the download streams while reviewers work.
 """
@@ -25,7 +26,8 @@ from sqlalchemy.orm import Session, defer, joinedload, selectinload
 from vidlora.db import snapshot_scope
 from vidlora.models import Analysis, Batch, FrameSet, Result, Review
 from vidlora.results.fields import FieldSpec
-from vidlora.results.query import ResultFilters, result_query, scenario_fields, scenario_schema
+from vidlora.results import stream
+from vidlora.results.query import ResultFilters, scenario_fields, scenario_schema
 from vidlora.results.rows import COLUMNS, row_dict, stored_confidences
 
 CHUNK = 500
@@ -42,6 +44,8 @@ _FORMULA_AT_CELL_START = re.compile(
     r"""(^|[,;\t\r\n])([\s"]*)(?![+-]\d+(?:\.\d+)?(?:[,;\t\r\n"\]}]|$))(?=[=+\-@])""")
 _CONTROL_START = ("\t", "\r")  # a cell starting with these is read as a formula by some programs
 _MAY_START_A_FORMULA = re.compile(r"[=+\-@\t\r]")  # a cell without these needs no look (most cells)
+# The same for a cell of JSON, where a tab or carriage return inside a string is written as \t, \r.
+_JSON_MAY_HOLD_A_FORMULA = re.compile(r"[=+\-@]|\\[tr]")
 
 
 def neutralise(value: str) -> str:
@@ -82,15 +86,21 @@ def provenance_rows(session: Session, rows: Sequence) -> Iterator[dict]:
 
 
 def _rows(session: Session, filters: ResultFilters) -> Iterator[dict]:
-    stmt = with_provenance(result_query(session, filters)).execution_options(yield_per=CHUNK)
-    for chunk in session.execute(stmt).partitions():
-        yield from provenance_rows(session, chunk)
+    return stream.rows(session, filters, CHUNK)
 
 
 def _cell(value) -> str:
+    kind = type(value)  # the common kinds first, by type: 46 cells a row, 100k rows an export
+    if kind is str:
+        return neutralise(value) if _MAY_START_A_FORMULA.search(value) else value
     if value is None:
         return ""
+    if kind is int or kind is float:
+        return str(value)
     if isinstance(value, (dict, list)):
+        plain = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        if not _JSON_MAY_HOLD_A_FORMULA.search(plain):  # no string in it has anything to neutralise
+            return plain
         return json.dumps(_neutral_leaves(value), sort_keys=True, ensure_ascii=False)
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -134,8 +144,10 @@ def csv_lines(filters: ResultFilters) -> Iterator[str]:
         writer, buffer = _writer()
         writer.writerow([*COLUMNS, *(FIELD_PREFIX + c for c in extra)])
         yield "\ufeff" + _flush(buffer)  # a BOM: spreadsheet programs then read UTF-8 names correctly
-        for row in _rows(session, filters):
-            writer.writerow([_cell(row[c]) for c in COLUMNS] + [_cell(_get(row["fields"], c)) for c in extra])
+        # A chunk of rows a piece: a write to the client per row was a system call per row.
+        for part in stream.chunks(session, filters, CHUNK, ordered=False):
+            for row in part:
+                writer.writerow([_cell(row[c]) for c in COLUMNS] + [_cell(_get(row["fields"], c)) for c in extra])
             yield _flush(buffer)
 
 

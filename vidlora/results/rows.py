@@ -87,10 +87,16 @@ def stored_confidences(session: Any, result_ids: list[int]) -> dict[int, dict[st
     return out
 
 
+def _answer(value: Any, scenario: Scenario, ordered: bool) -> Any:
+    return in_schema_order(value, scenario.output_schema) if ordered else value
+
+
 def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: Scenario,
-             confidences: dict[str, float] | None = None) -> dict[str, Any]:
+             confidences: dict[str, float] | None = None, ordered: bool = True) -> dict[str, Any]:
     """One result's row; ``confidences``: its stored confidences by name when the caller read
-    them for many rows at once (``stored_confidences``), else they are read from the result."""
+    them for many rows at once (``stored_confidences``), else they are read from the result;
+    ``ordered``: the answers' keys in the schema's order (JSON shows them to people); a CSV
+    cell reads a field by its path and writes objects with sorted keys, so it skips that."""
     final = None
     last_review = last_note = None
     if result is not None:
@@ -147,7 +153,7 @@ def row_dict(analysis: Analysis, result: Result | None, video: Video, scenario: 
         "health": result.health if result else None,
         "created_at": iso_utc(analysis.created_at),
         "finished_at": iso_utc(analysis.finished_at),
-        "fields": in_schema_order(final_value(result), scenario.output_schema) if result else None,
-        "model_fields": in_schema_order(result.parsed, scenario.output_schema) if result else None,
+        "fields": _answer(final_value(result), scenario, ordered) if result else None,
+        "model_fields": _answer(result.parsed, scenario, ordered) if result else None,
         "gold": result.gold_at is not None if result else None,
     }

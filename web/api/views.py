@@ -17,7 +17,7 @@ from vidlora.results.export import provenance_rows, with_provenance
 from vidlora.results.fields import changes, final_value
 from vidlora.digits import whole_number
 from vidlora.results.query import (CONFIDENCE_BANDS, FilterError, bounded_count, confidence_facet, count, facets,
-                                   parse_filters, result_query)
+                                   page_of, parse_filters, result_query)
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
 from web import json_input
@@ -151,7 +151,7 @@ def results():
     size, page = _per_page(), _page()
     stmt = result_query(session, filters)
     total = bounded_count(session, stmt)  # an exact count reads the whole list: seconds at 100k
-    rows = session.execute(with_provenance(stmt).offset((page - 1) * size).limit(size)).all()
+    rows = page_of(session, stmt, (page - 1) * size, size, load=with_provenance)
     return jsonify(page=page, per_page=size, total=total.n, total_exact=total.exact, filters=filters.as_args(),
                    results=list(provenance_rows(session, rows)))
 

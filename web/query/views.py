@@ -15,6 +15,7 @@ from vidlora.results.query import (
     bounded_count,
     confidence_facet,
     facets,
+    page_of,
     parse_filters,
     result_query,
     scenario_choices,
@@ -42,7 +43,7 @@ def index():
     if stmt is not None:
         total = bounded_count(session, stmt)
         number = last_page_at_most(number, size, total.n)
-        rows = session.execute(stmt.offset((number - 1) * size).limit(size)).all()
+        rows = page_of(session, stmt, (number - 1) * size, size)
         if total.exact:  # per-value counts read the whole list: past the exact count, none
             facet_list = facets(session, filters)
             by_confidence = confidence_facet(session, filters)

@@ -1,0 +1,73 @@
+"""vidlora.feedback.memo: the Scenarios page scores a scenario's reviewed answers once, and
+again only once its results changed: a review, a new result."""
+
+from contextlib import contextmanager
+
+from sqlalchemy import event, select
+
+from tests.support.structured import seed_structured
+from vidlora.db import get_engine, session_scope
+from vidlora.feedback.calibration import scenario_calibration
+from vidlora.feedback.measure import scenario_agreement
+from vidlora.models import Result, Scenario
+
+ANSWER = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
+SURE = {"sealed": 0.95, "finds": 0.9}
+
+
+@contextmanager
+def answers_read():
+    """How many statements read the stored answers (``result.parsed``)."""
+    seen: list[str] = []
+
+    def note(conn, cursor, statement, *args):
+        if "result.parsed" in statement:
+            seen.append(statement)
+
+    event.listen(get_engine(), "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(get_engine(), "before_cursor_execute", note)
+
+
+def _measures(name: str):
+    with session_scope() as session:
+        scenario = session.scalar(select(Scenario).where(Scenario.name == name))
+        [agreement] = scenario_agreement(session, scenario)
+        [calibration] = scenario_calibration(session, scenario)
+        return agreement.as_dict(), calibration.as_dict()
+
+
+def test_a_scenarios_measures_are_scored_once_until_a_review_changes_them(database):
+    from web.review.actions import apply_review
+
+    seeded = seed_structured([ANSWER] * 3, review_states=["approved", "unreviewed", "unreviewed"],
+                             confidences=[SURE] * 3)
+    with answers_read() as reads:
+        first = _measures(seeded.scenario)
+        assert reads and first[0]["approved"]["count"] == 1 and first[1]["sources"] == {"reviews": 1}
+        reads.clear()
+        assert _measures(seeded.scenario) == first and not reads  # the page seen again: nothing re-read
+        with session_scope() as session:
+            apply_review(session, session.get(Result, seeded.result_ids[1]), "reject", None, version=0)
+        after = _measures(seeded.scenario)
+    assert reads and after[0]["rejected"]["count"] == 1 and after[0]["unreviewed"] == 1
+    assert after[1]["sources"] == {"reviews": 2}
+
+
+def test_a_new_result_is_counted_at_once(database):
+    seeded = seed_structured([ANSWER], review_states=["approved"])
+    assert _measures_agreement(seeded.scenario)["results"] == 1
+    more = seed_structured([ANSWER])  # its own scenario: move the result into the first one
+    with session_scope() as session:
+        result = session.get(Result, more.result_ids[0])
+        mine = session.scalar(select(Scenario.id).where(Scenario.name == seeded.scenario))
+        result.analysis.scenario_id = mine
+    assert _measures_agreement(seeded.scenario)["results"] == 2
+
+
+def _measures_agreement(name: str) -> dict:
+    with session_scope() as session:
+        scenario = session.scalar(select(Scenario).where(Scenario.name == name))
+        return scenario_agreement(session, scenario)[0].as_dict()
