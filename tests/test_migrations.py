@@ -7,7 +7,7 @@ import sys
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
 from tests.support.env import ROOT
 
@@ -107,3 +107,26 @@ def test_0017_indexes_file_and_member_names_for_the_search_box_on_postgresql(emp
     with engine.connect() as conn:
         assert not conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%trgm'")).all()
     engine.dispose()
+
+
+def test_0017_without_the_right_to_create_pg_trgm_upgrades_and_says_how_to_index_later(empty_pg):
+    """A managed server whose application role may not create extensions: the upgrade goes on
+    (search works, reading every name), and the log says what a superuser runs."""
+    role = f"vl_noext_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(empty_pg, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT ALL ON SCHEMA public TO {role}"))
+    url = make_url(empty_pg).set(username=role, password=None).render_as_string(hide_password=False)
+    try:
+        up = alembic(url, "upgrade", "head")
+        assert up.returncode == 0, up.stderr
+        assert "pg_trgm unavailable" in up.stderr and "CREATE INDEX ix_video_original_name_trgm" in up.stderr
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0017"
+            assert not conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%trgm'")).all()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
