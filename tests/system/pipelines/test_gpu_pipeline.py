@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from tests.support.workers import module_gpu_worker, wait_for
 from tests.support.batch_rows import batch_rows
+from vidlora.results.confidence import is_part
 from vidlora.samples import generate_samples
 
 pytestmark = pytest.mark.engine
@@ -106,11 +107,18 @@ def _check_structured(rows, batch_id: int) -> None:
                                      .where(ResultField.result_id == r.id)).all()
             assert sorted(map(tuple, stored), key=repr) == sorted(
                 ((f.path, f.item, f.text, f.num) for f in leaves(r.parsed)), key=repr)
-            # The worker read each top-level field's confidence from the engine's logprobs (issue 51).
-            conf = dict(session.execute(select(ResultConfidence.field, ResultConfidence.confidence)
-                                        .where(ResultConfidence.result_id == r.id)).all())
-            assert conf.keys() == r.parsed.keys() and all(0 < c <= 1 for c in conf.values()), (r.id, conf, r.text)
+            # The worker read each top-level field's confidence from the engine's logprobs (issue 51),
+            # and each list item's and nested field's besides (issue 58: "finds/0", "finds/0/material").
+            stored_conf = dict(session.execute(select(ResultConfidence.field, ResultConfidence.confidence)
+                                               .where(ResultConfidence.result_id == r.id)).all())
+            conf = {k: v for k, v in stored_conf.items() if not is_part(k)}
+            parts = {k: v for k, v in stored_conf.items() if is_part(k)}
+            assert conf.keys() == r.parsed.keys() and all(0 < c <= 1 for c in stored_conf.values()), (r.id, stored_conf, r.text)
             assert r.confidence == min(conf.values()), (r.id, r.confidence, conf)
+            for key, value in parts.items():
+                field, index = key.split("/")[:2]
+                assert isinstance(r.parsed[field], list) and int(index) < len(r.parsed[field]), (r.id, key, r.parsed)
+                assert value >= conf[field] - 1e-9, (r.id, key, value, conf[field])  # a list is its least certain item
         tomb = {a.id: r.parsed["construction"] for a, s, r, _ in rows if s.name == "tomb_structure"}
         value = sorted(tomb.values())[0]
         filters = parse_filters({"scenario": "tomb_structure", "batch": str(batch_id), "where": [f"construction={value}"]})
