@@ -109,6 +109,13 @@ def test_0017_indexes_file_and_member_names_for_the_search_box_on_postgresql(emp
     engine.dispose()
 
 
+def _head() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini"))).get_current_head()
+
+
 def test_0017_without_the_right_to_create_pg_trgm_upgrades_and_says_how_to_index_later(empty_pg):
     """A managed server whose application role may not create extensions: the upgrade goes on
     (search works, reading every name), and the log says what a superuser runs."""
@@ -123,10 +130,49 @@ def test_0017_without_the_right_to_create_pg_trgm_upgrades_and_says_how_to_index
         assert up.returncode == 0, up.stderr
         assert "pg_trgm unavailable" in up.stderr and "CREATE INDEX ix_video_original_name_trgm" in up.stderr
         with admin.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0017"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == _head()
             assert not conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%trgm'")).all()
     finally:
         with admin.connect() as conn:
             conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
             conn.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def test_0018_marks_a_value_a_result_repeats_and_indexes_the_reviewed_results(empty_pg):
+    """Facets count a result once per value without DISTINCT: rows stored before 0018 that
+    repeat an earlier row's path and value in the same result are marked; the reviewed
+    results get their partial index. Downgrading takes both away."""
+    assert alembic(empty_pg, "upgrade", "0017").returncode == 0
+    engine = create_engine(empty_pg)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO scenario (name, title, description, prompt, sampling, generation, active, "
+                          "adapter_status, created_at, updated_at) VALUES ('s', 'S', '', 'p', '{}', '{}', true, "
+                          "'none', now(), now())"))
+        conn.execute(text("INSERT INTO video (sha256, path, original_name, size_bytes, status, attempts, created_at, "
+                          "updated_at) VALUES ('h', 'v', 'v.mp4', 1, 'ready', 0, now(), now())"))
+        conn.execute(text("INSERT INTO analysis (video_id, scenario_id, status, attempts, created_at) "
+                          "VALUES (1, 1, 'done', 1, now())"))
+        conn.execute(text("INSERT INTO result (analysis_id, text, parsed, prompt_tokens, output_tokens, latency_s, "
+                          "health, model, review_state, created_at) VALUES (1, 'x', '{}', 1, 1, 0.1, "
+                          "'{}', 'm', 'unreviewed', now())"))
+        conn.execute(text("INSERT INTO result_field (result_id, path, item, text, num) VALUES "
+                          "(1, 'finds.material', 0, 'bronze', NULL), (1, 'finds.material', 1, 'jade', NULL), "
+                          "(1, 'finds.material', 2, 'bronze', NULL), (1, 'finds.confidence', 0, NULL, 0.5), "
+                          "(1, 'finds.confidence', 1, NULL, 0.5), (1, 'sealed', NULL, 'true', NULL)"))
+    up = alembic(empty_pg, "upgrade", "head")
+    assert up.returncode == 0, up.stderr
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT path, item, repeat FROM result_field ORDER BY path, item")).all()
+        index = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_result_reviewed'")).scalar()
+    assert [tuple(r) for r in rows] == [("finds.confidence", 0, False), ("finds.confidence", 1, True),
+                                        ("finds.material", 0, False), ("finds.material", 1, False),
+                                        ("finds.material", 2, True), ("sealed", None, False)]
+    assert "WHERE" in index and "unreviewed" in index
+    down = alembic(empty_pg, "downgrade", "0017")
+    assert down.returncode == 0, down.stderr
+    with engine.connect() as conn:
+        assert not conn.execute(text("SELECT 1 FROM pg_indexes WHERE indexname = 'ix_result_reviewed'")).all()
+        assert "repeat" not in {c for (c,) in conn.execute(text(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'result_field'"))}
+    engine.dispose()

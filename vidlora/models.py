@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text as sql_text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
@@ -300,7 +301,13 @@ class Analysis(Base):
 
 class Result(Base):
     __tablename__ = "result"
-    __table_args__ = (_status_check("review_state", ReviewState, "review_state"),)
+    __table_args__ = (
+        _status_check("review_state", ReviewState, "review_state"),
+        # The reviewed tenth of a scenario's results, found without reading the rest: agreement
+        # and calibration score only these (vidlora.feedback.scores; issue 58).
+        Index("ix_result_reviewed", "analysis_id", postgresql_where=sql_text("review_state <> 'unreviewed'"),
+              sqlite_where=sql_text("review_state <> 'unreviewed'")),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     analysis_id: Mapped[int] = mapped_column(
@@ -373,6 +380,9 @@ class ResultField(Base):
     item: Mapped[int | None] = mapped_column(Integer)  # index in the path's first array
     text: Mapped[str | None] = mapped_column(String(512))  # strings, enums, "true"/"false"
     num: Mapped[float | None] = mapped_column(Float)  # numbers and integers
+    # True when an earlier leaf of the same result has this path and value (two bronze finds):
+    # a facet counts results, and skipping these counts them without a DISTINCT over every row.
+    repeat: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Review(Base):

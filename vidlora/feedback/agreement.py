@@ -18,10 +18,13 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vidlora.lifecycle import ReviewState
 from vidlora.results.fields import FieldSpec
+
+if TYPE_CHECKING:
+    from vidlora.feedback.scores import Scored
 
 Z_95 = 1.959963984540054
 
@@ -146,34 +149,7 @@ def score_field(spec: FieldSpec, model: Any, reviewed: Any, relative: float) -> 
     return correct, compared
 
 
-def answer_right(specs: list[FieldSpec], model: Any, reviewed: Any, relative: float,
-                 text: str | None = None, reviewed_text: str | None = None) -> bool:
-    """Whether an answer is right against the reviewed one: the one rule agreement, calibration
-    and the gold comparison share, whoever gave the reviewed answer (a reviewer's edit or a gold
-    answer). Structured: every field right (a number within the tolerance counts, wherever the
-    reviewed value came from); free text: the same after normalising. No reviewed answer (a
-    rejection) or no answer: wrong."""
-    if not specs:
-        return text is not None and reviewed_text is not None and normalise_text(text) == normalise_text(reviewed_text)
-    if model is None or reviewed is None:
-        return False
-    for spec in specs:
-        right, compared = score_field(spec, model, reviewed, relative)
-        if right != compared:
-            return False
-    return True
-
-
 # -- a version -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reviewed:
-    """One result as agreement sees it."""
-
-    review_state: str
-    model: Any = None  # the model's structured answer
-    reviewed: Any = None  # the answer that stood: the edit, or the model's own when approved
 
 
 @dataclass
@@ -213,28 +189,26 @@ class Agreement:
                 "fields": [f.as_dict() for f in self.fields]}
 
 
-def agreement(version: str | None, rows: Iterable[Reviewed], specs: list[FieldSpec],
-              relative: float) -> Agreement:
-    """Rates and per-field accuracy of one adapter version's results."""
+def agreement(version: str | None, rows: Iterable[Scored], specs: list[FieldSpec]) -> Agreement:
+    """Rates and per-field accuracy of one adapter version's results, from their scores
+    (``scores.score``: each field scored once for agreement and calibration alike)."""
     out = Agreement(version, fields=[FieldScore(spec) for spec in specs])
     for row in rows:
         out.results += 1
-        if row.review_state == ReviewState.UNREVIEWED:
+        if row.state == ReviewState.UNREVIEWED:
             out.unreviewed += 1
             continue
-        if row.review_state == ReviewState.APPROVED:
+        if row.state == ReviewState.APPROVED:
             out.approved += 1
-        elif row.review_state == ReviewState.EDITED:
+        elif row.state == ReviewState.EDITED:
             out.edited += 1
         else:
             out.rejected += 1
             continue
-        if row.model is None or row.reviewed is None:
+        if row.fields is None:
             continue  # a free-text answer: only the rates
-        for score in out.fields:
-            right, compared = score_field(score.spec, row.model, row.reviewed, relative)
-            score.right += right
-            score.compared += compared
-            score.results += compared > 0
+        for total, (right, compared) in zip(out.fields, row.fields):
+            total.right += right
+            total.compared += compared
+            total.results += compared > 0
     return out
-

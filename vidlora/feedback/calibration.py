@@ -4,7 +4,7 @@ Each reviewed answer with a confidence (``vidlora.results.confidence``) is one p
 confidence, and whether the answer was right.
 
 - **Reviews**: the model's answer against the one the review left, by the rule agreement and
-  the gold comparison use (``agreement.answer_right``: exact choices, a tolerance for numbers,
+  the gold comparison use (``scores.answer_right``: exact choices, a tolerance for numbers,
   normalised text), so an edit within the number tolerance leaves the answer right, as a gold
   answer within it does; a rejected answer is wrong. Per top-level field: an approved or
   edited answer's field is right when the reviewed answer kept it, by the same rule; a
@@ -38,19 +38,16 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import answer_right, score_field
 from vidlora.feedback.gold import gold_results
-from vidlora.feedback.measure import reviewed_answer
-from vidlora.feedback.memo import remembered
-from vidlora.lifecycle import ReviewState
-from vidlora.models import AdapterRelease, Analysis, Result, ResultConfidence, Scenario
-from vidlora.results.confidence import is_part
-from vidlora.results.fields import FieldSpec, schema_fields
+from vidlora.feedback.scores import ScenarioReviews, Scored, reviewed_answer, scenario_reviews, score
+from vidlora.models import AdapterRelease, Result, Scenario
+from vidlora.results.fields import FieldSpec
 
 BINS = 10
 
@@ -83,19 +80,21 @@ class Reliability:
 
 def reliability(points: Iterable[tuple[float, bool]], bins: int = BINS) -> Reliability:
     """The reliability table (non-empty bins only) and ECE of (confidence, right) points."""
-    groups: list[list[tuple[float, bool]]] = [[] for _ in range(bins)]
-    for conf, right in points:
-        groups[min(int(max(conf, 0.0) * bins), bins - 1)].append((conf, right))
-    n = sum(len(g) for g in groups)
+    count, right, total = [0] * bins, [0] * bins, [0.0] * bins  # per bin: sums, not lists (10,000 points a view)
+    for conf, ok in points:
+        i = min(int(max(conf, 0.0) * bins), bins - 1)
+        count[i] += 1
+        right[i] += bool(ok)
+        total[i] += conf
+    n = sum(count)
     out, ece = [], 0.0
-    for i, g in enumerate(groups):
-        if not g:
+    for i in range(bins):
+        if not count[i]:
             continue
-        conf = sum(c for c, _ in g) / len(g)
-        acc = sum(r for _, r in g) / len(g)
-        out.append(Bin(i / bins, (i + 1) / bins, len(g), conf, acc))
-        ece += len(g) / n * abs(acc - conf)
-    return Reliability(n, sum(r for g in groups for _, r in g), ece if n else None, out)
+        conf, acc = total[i] / count[i], right[i] / count[i]
+        out.append(Bin(i / bins, (i + 1) / bins, count[i], conf, acc))
+        ece += count[i] / n * abs(acc - conf)
+    return Reliability(n, sum(right), ece if n else None, out)
 
 
 EXACT_BIN = 200  # points in a bin up to which its floor is summed exactly (quadratic in them)
@@ -159,6 +158,14 @@ class Calibrator:
 
 def fit(points: Sequence[tuple[float, bool]], minimum: int) -> Calibrator | None:
     """The map fitted on (confidence, right) points; None with fewer than ``minimum``."""
+    return _fit(tuple(points), minimum)
+
+
+# The Scenarios page, the API and each result's calibrated figure ask for a version's map and
+# held-out error again and again on the same points: each kept by its points (a few hundred
+# kilobytes at 10,000 reviewed answers, hashed in about a millisecond).
+@lru_cache(maxsize=64)
+def _fit(points: tuple[tuple[float, bool], ...], minimum: int) -> Calibrator | None:
     if len(points) < max(minimum, 1):
         return None
     tied: dict[float, list[float]] = {}  # answers of one confidence are one block from the start
@@ -190,6 +197,11 @@ def held_out(points: Sequence[tuple[float, bool]], minimum: int, folds: int = FO
     on (``folds``-fold, answers dealt to folds in turn; leave-one-out where a fold's training
     share would fall under ``minimum``); None after where even that falls under it. With the
     calibrated one, ``ece_floor``: what a perfect map would show on those answers."""
+    return dict(_held_out(tuple(points), minimum, folds))
+
+
+@lru_cache(maxsize=64)
+def _held_out(points: tuple[tuple[float, bool], ...], minimum: int, folds: int) -> dict[str, Any]:
     before, n = reliability(points).ece, len(points)
     if n * (folds - 1) / folds < minimum:
         folds = n  # too few for k folds of the minimum: leave one out
@@ -230,75 +242,31 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def _field_right(specs: list[FieldSpec], name: str, model: Any, reviewed: Any, relative: float) -> bool | None:
-    """Whether the reviewed answer kept the model's top-level field ``name``; None: not compared."""
-    mine = [s for s in specs if s.path == name or s.path.startswith(name + ".")]
-    if not mine:
-        return None
-    ok, compared = True, 0
-    for spec in mine:
-        right, n = score_field(spec, model, reviewed, relative)
-        compared += n
-        ok = ok and right == n
-    if compared == 0:  # neither side gives it (an empty list on both): kept as it was
-        return (model or {}).get(name) == (reviewed or {}).get(name)
-    return ok
-
-
-def _add(cal: Calibration, source: str, specs: list[FieldSpec], confidence: float, field_conf: dict[str, float],
-         model: Any, reviewed: Any, answer_right: bool, relative: float) -> None:
-    cal.answers.append((confidence, answer_right))
+def _add(out: dict[str | None, Calibration], source: str, scored: Scored, minimum: int) -> None:
+    cal = out.setdefault(scored.version, Calibration(scored.version, minimum=minimum))
+    cal.answers.append((scored.confidence, scored.right))
+    cal.fields.extend(scored.kept)  # none for a rejection: which field was wrong is not known
     cal.sources[source] = cal.sources.get(source, 0) + 1
-    if reviewed is None:
-        return  # rejected: which field was wrong is not known
-    for name, conf in field_conf.items():
-        if is_part(name):
-            continue  # a list item's figure: calibrated through its field's (reviews compare fields)
-        right = _field_right(specs, name, model, reviewed, relative)
-        if right is not None:
-            cal.fields.append((conf, right))
 
 
 def scenario_calibration(session: Session, scenario: Scenario, version: str | None = None,
                          relative: float = 0.05, minimum: int = 50) -> list[Calibration]:
     """One ``Calibration`` per adapter version with reviewed answers (or gold answers) that have
     a confidence, the newest version first; ``version`` (or a prefix of it) keeps that one."""
-    specs = schema_fields(scenario.output_schema)
-    # The reviews' points, kept until the scenario's results change (``memo``); the gold set's
-    # (a few candidates' answers on a few videos) read each time.
-    kept = remembered(session, scenario, ("calibration", version, relative, minimum),
-                      lambda: _review_points(session, scenario, specs, version, relative, minimum))
-    out = {v: Calibration(v, list(c.answers), list(c.fields), dict(c.sources), c.minimum) for v, c in kept.items()}
-    _add_gold(session, scenario, specs, version, relative, out, minimum)
-    return list(reversed(out.values()))  # versions in order of their first point: newest last
+    return calibrations(session, scenario, scenario_reviews(session, scenario, version, relative), version,
+                        relative, minimum)
 
 
-def _review_points(session: Session, scenario: Scenario, specs: list[FieldSpec], version: str | None,
-                   relative: float, minimum: int) -> dict[str | None, Calibration]:
-    stmt = (select(Result.id, Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
-                   Result.confidence, Result.text, Result.edited_text)
-            .join(Analysis, Analysis.id == Result.analysis_id)
-            .where(Analysis.scenario_id == scenario.id, Result.confidence.is_not(None),
-                   Result.review_state != ReviewState.UNREVIEWED)
-            .order_by(Result.id))
-    if version:
-        stmt = stmt.where(Result.adapter_version.startswith(version, autoescape=True))
-    rows = session.execute(stmt).all()
-    by_field: dict[int, dict[str, float]] = {}
-    ids = [r.id for r in rows]
-    for start in range(0, len(ids), 1000):
-        for rid, name, conf in session.execute(select(ResultConfidence.result_id, ResultConfidence.field,
-                                                      ResultConfidence.confidence)
-                                               .where(ResultConfidence.result_id.in_(ids[start:start + 1000]))):
-            by_field.setdefault(rid, {})[name] = conf
+def calibrations(session: Session, scenario: Scenario, reviews: ScenarioReviews, version: str | None,
+                 relative: float, minimum: int) -> list[Calibration]:
+    """From the reviews' scored answers (kept until the scenario's results change: ``memo``) and
+    the gold set's (a few candidates' answers on a few videos, read each time)."""
     out: dict[str | None, Calibration] = {}
-    for rid, v, state, parsed, edited, conf, text, edited_text in rows:
-        reviewed = reviewed_answer(state, parsed, edited)
-        reviewed_text = None if state == ReviewState.REJECTED else (edited_text if edited_text is not None else text)
-        right = state != ReviewState.REJECTED and answer_right(specs, parsed, reviewed, relative, text, reviewed_text)
-        _add(out.setdefault(v, Calibration(v, minimum=minimum)), "reviews", specs, conf, by_field.get(rid, {}), parsed, reviewed,
-             right, relative)
-    return out
+    for scored in reviews.scored:
+        if scored.confidence is not None:
+            _add(out, "reviews", scored, minimum)
+    _add_gold(session, scenario, reviews.specs, version, relative, out, minimum)
+    return list(reversed(out.values()))  # versions in order of their first point: newest last
 
 
 def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], version: str | None, relative: float,
@@ -320,9 +288,8 @@ def _add_gold(session: Session, scenario: Scenario, specs: list[FieldSpec], vers
             if conf.get("answer") is None or reviewed is None or answer.get("parsed") is None:
                 continue
             fields = {k: float(v) for k, v in (conf.get("fields") or {}).items()}
-            right = answer_right(specs, answer["parsed"], reviewed, relative)
-            _add(out.setdefault(release.version, Calibration(release.version, minimum=minimum)), "gold", specs,
-                 float(conf["answer"]), fields, answer["parsed"], reviewed, right, relative)
+            _add(out, "gold", score(specs, release.version, "gold", answer["parsed"], reviewed, relative,
+                                    float(conf["answer"]), fields), minimum)
 
 
 def calibrated_confidence(session: Session, result: Result, relative: float, minimum: int) -> float | None:

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import FieldScore, Rate, answer_right, score_field
+from vidlora.feedback.agreement import FieldScore, Rate, score_field
 from vidlora.feedback.gold_answers import failure, gold_run
 from vidlora.feedback.gold import gold_results
-from vidlora.feedback.measure import reviewed_row
+from vidlora.feedback.scores import answer_right, reviewed_answer
 from vidlora.models import AdapterRelease, Result, Scenario
 from vidlora.results.fields import FieldSpec, in_schema_order, schema_fields
 from vidlora.results.rows import iso_utc
@@ -58,7 +58,7 @@ def compare(session: Session, scenario: Scenario, release: AdapterRelease, relat
     stored, candidate = Side(fields=[FieldScore(s) for s in specs]), Side(fields=[FieldScore(s) for s in specs])
     changed, versions = [], {}
     for result in gold:
-        reviewed = reviewed_row(result).reviewed
+        reviewed = reviewed_answer(result.review_state, result.parsed, result.edited_parsed)
         mine = answers.get(str(result.id))
         versions[result.adapter_version or "none"] = versions.get(result.adapter_version or "none", 0) + 1
         old_ok = _score(stored, specs, result.parsed, reviewed, result.text, _reviewed_text(result), relative)

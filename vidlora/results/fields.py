@@ -165,8 +165,14 @@ def index_fields(session: Session, result: Result) -> None:
     value = final_value(result)
     if value is None:
         return
-    session.add_all(ResultField(result_id=result.id, path=leaf.path[:255], item=leaf.item, text=leaf.text,
-                                num=leaf.num) for leaf in leaves(value))
+    seen: set[tuple] = set()
+    rows = []
+    for leaf in leaves(value):
+        key = (leaf.path[:255], leaf.text, leaf.num)
+        rows.append(ResultField(result_id=result.id, path=key[0], item=leaf.item, text=leaf.text, num=leaf.num,
+                                repeat=key in seen))
+        seen.add(key)
+    session.add_all(rows)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from vidlora.models import Batch, Result, Review, Scenario
 from vidlora.results.export import provenance_rows, with_provenance
 from vidlora.results.fields import changes, final_value
 from vidlora.digits import whole_number
-from vidlora.results.query import (CONFIDENCE_BANDS, FilterError, bounded_count, confidence_facet, count, facets,
+from vidlora.results.query import (CONFIDENCE_BANDS, FilterError, band_counts, bounded_count, facets,
                                    page_of, parse_filters, result_query)
 from vidlora.results.rows import iso_utc, row_dict, shown_name
 from vidlora.status import batch_view
@@ -184,8 +184,9 @@ def result_facets():
     filters = parse_filters(request.args)
     if not filters.scenario:
         raise FilterError("Facets are per scenario: give scenario=NAME.")
-    return jsonify(filters=filters.as_args(), total=count(session, result_query(session, filters)), confidence=[
-        {"band": v.value, "label": CONFIDENCE_BANDS[v.value], "count": v.count} for v in confidence_facet(session, filters)
+    by_band = band_counts(session, filters)
+    return jsonify(filters=filters.as_args(), total=by_band.total, confidence=[
+        {"band": v.value, "label": CONFIDENCE_BANDS[v.value], "count": v.count} for v in by_band.bands
     ], facets=[{
         "field": f.field.path, "kind": f.field.kind, "array": f.field.array,
         "values": [{"value": v.value, "count": v.count, "where": v.condition} for v in f.values],

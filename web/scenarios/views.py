@@ -7,8 +7,9 @@ from vidlora.config import get_settings
 from vidlora.feedback.gate import check
 from vidlora.feedback.gold import gold_count, gold_results
 from vidlora.feedback.releases import releases
-from vidlora.feedback.calibration import scenario_calibration
-from vidlora.feedback.measure import scenario_agreement
+from vidlora.feedback.calibration import calibrations
+from vidlora.feedback.measure import agreements
+from vidlora.feedback.scores import scenario_reviews
 from vidlora.latency import parse_window, scenario_latency
 from vidlora.models import Scenario
 from web.database import get_db
@@ -30,9 +31,12 @@ def index():
     if window not in WINDOWS:
         window = "24h"
     tolerance = get_settings().eval_number_tolerance
-    agreement = {s.id: scenario_agreement(session, s, None, tolerance)[:VERSIONS_SHOWN] for s in scenarios}
     minimum = get_settings().calibration_min_answers
-    calibration = {s.id: scenario_calibration(session, s, None, tolerance, minimum)[:VERSIONS_SHOWN]
+    # Each scenario's reviewed answers read and scored once for both measures (and kept until
+    # its results change: vidlora.feedback.memo).
+    reviews = {s.id: scenario_reviews(session, s, None, tolerance) for s in scenarios}
+    agreement = {s.id: agreements(reviews[s.id])[:VERSIONS_SHOWN] for s in scenarios}
+    calibration = {s.id: calibrations(session, s, reviews[s.id], None, tolerance, minimum)[:VERSIONS_SHOWN]
                    for s in scenarios}
     gold = {s.id: gold_count(session, s.id) for s in scenarios}
     # Each candidate version beside the stored answers on the gold set, once it has answered it,

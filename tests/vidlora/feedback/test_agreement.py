@@ -3,7 +3,8 @@
 import pytest
 
 from tests.support.structured import CATALOGUE
-from vidlora.feedback.agreement import Reviewed, agreement, same_value, score_field, values_of, wilson
+from vidlora.feedback.agreement import agreement, same_value, score_field, values_of, wilson
+from vidlora.feedback.scores import reviewed_answer, score
 from vidlora.results.fields import FieldSpec, schema_fields
 
 FIELDS = {f.path: f for f in schema_fields(CATALOGUE)}
@@ -65,9 +66,9 @@ def test_rates_and_field_accuracy_of_a_version():
     specs = schema_fields(CATALOGUE)
     bronze = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
     jade = {"sealed": True, "finds": [{"material": "jade", "period": "han", "confidence": 0.8}]}
-    rows = [Reviewed("approved", bronze, bronze), Reviewed("approved", bronze, bronze),
-            Reviewed("edited", bronze, jade), Reviewed("rejected", bronze, None), Reviewed("unreviewed", bronze)]
-    report = agreement("v1", rows, specs, TOL).as_dict()
+    reviews = [("approved", None), ("approved", None), ("edited", jade), ("rejected", None), ("unreviewed", None)]
+    rows = [score(specs, "v1", state, bronze, reviewed_answer(state, bronze, edit), TOL) for state, edit in reviews]
+    report = agreement("v1", rows, specs).as_dict()
     assert (report["results"], report["reviewed"], report["unreviewed"]) == (5, 4, 1)
     assert report["approved"]["count"] == 2 and report["approved"]["rate"] == 0.5
     assert report["edited"]["count"] == 1 and report["rejected"]["count"] == 1
@@ -83,5 +84,5 @@ def test_rates_and_field_accuracy_of_a_version():
 
 @pytest.mark.parametrize("state", ["approved", "edited", "rejected"])
 def test_a_free_text_version_has_rates_only(state):
-    report = agreement("v1", [Reviewed(state)], [], TOL).as_dict()
+    report = agreement("v1", [score([], "v1", state, None, None, TOL, text="A bronze mirror.")], []).as_dict()
     assert report[state]["count"] == 1 and report["fields"] == []

@@ -71,3 +71,14 @@ def _measures_agreement(name: str) -> dict:
     with session_scope() as session:
         scenario = session.scalar(select(Scenario).where(Scenario.name == name))
         return scenario_agreement(session, scenario)[0].as_dict()
+
+
+def test_agreement_and_calibration_read_and_score_the_answers_once_between_them(database):
+    """The Scenarios page shows both measures: one read of the reviewed answers serves both."""
+    seeded = seed_structured([ANSWER] * 3, review_states=["approved", "rejected", "unreviewed"],
+                             confidences=[SURE] * 3)
+    with answers_read() as reads:
+        agreement, calibration = _measures(seeded.scenario)
+    assert len(reads) == 1, reads
+    assert agreement["approved"]["count"] == 1 and agreement["rejected"]["count"] == 1
+    assert calibration["sources"] == {"reviews": 2} and calibration["answers"]["right"] == 1

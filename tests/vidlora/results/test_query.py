@@ -88,6 +88,25 @@ def test_facets_follow_the_current_filter_and_mark_what_is_chosen(seeded):
     assert chosen == ["finds.material=bronze"]
 
 
+def test_a_result_with_a_value_twice_counts_once_for_it(database):
+    """Two bronze finds are one result with bronze, before and after an edit re-indexes it."""
+    from vidlora.models import Result
+    from web.review.actions import apply_review
+
+    bronze = {"material": "bronze", "period": "han", "confidence": 0.5}
+    twice = seed_structured([{"sealed": True, "finds": [bronze, bronze, {**bronze, "material": "jade"}]},
+                             {"sealed": True, "finds": [bronze]}])
+    counts = _counts(twice)
+    assert counts["finds.material"] == {"bronze": 2, "jade": 1, "ceramic": 0}
+    assert counts["finds.period"] == {"han": 2, "tang": 0, "unknown": 0}
+    with session_scope() as session:
+        apply_review(session, session.get(Result, twice.result_ids[1]), "edit", None,
+                     fields={"sealed": True, "finds": [bronze, {**bronze, "period": "tang"}, bronze]}, version=0)
+    counts = _counts(twice)
+    assert counts["finds.material"] == {"bronze": 2, "jade": 1, "ceramic": 0}
+    assert counts["finds.period"] == {"han": 2, "tang": 1, "unknown": 0}
+
+
 def test_the_same_conditions_and_facets_on_sqlite(tmp_path):
     """The embedded database (the demo's) answers field queries the same way."""
     from sqlalchemy import create_engine
