@@ -18,13 +18,10 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from vidlora.lifecycle import ReviewState
 from vidlora.results.fields import FieldSpec
-
-if TYPE_CHECKING:
-    from vidlora.feedback.scores import Scored
 
 Z_95 = 1.959963984540054
 
@@ -189,7 +186,14 @@ class Agreement:
                 "fields": [f.as_dict() for f in self.fields]}
 
 
-def agreement(version: str | None, rows: Iterable[Scored], specs: list[FieldSpec]) -> Agreement:
+class ScoredRow(Protocol):
+    """What agreement reads of a scored result (``scores.Scored``)."""
+
+    state: str  # its review state
+    fields: tuple[tuple[int, int], ...] | None  # (right, compared) per schema field; None: not compared
+
+
+def agreement(version: str | None, rows: Iterable[ScoredRow], specs: list[FieldSpec]) -> Agreement:
     """Rates and per-field accuracy of one adapter version's results, from their scores
     (``scores.score``: each field scored once for agreement and calibration alike)."""
     out = Agreement(version, fields=[FieldScore(spec) for spec in specs])
