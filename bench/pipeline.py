@@ -68,14 +68,13 @@ class Services:
 
     def __init__(self, tag: str, redis_db: int, extra_env: dict[str, str] | None = None, keep: bool = False):
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"vidlora-bench-{tag}-"))
-        self.db_name = f"vidlora_bench_{tag}_{uuid.uuid4().hex[:8]}"
+        self.tag = tag
         self.redis_db = redis_db
         self.keep = keep
         tiny = Path(os.environ.get("VIDLORA_TINY_MODEL_DIR", ROOT / "var" / "tiny-model"))
         os.environ.update({
             "VIDLORA_VAR_DIR": str(self.run_dir / "var"),
             "VIDLORA_MEDIA_ROOT": str(self.run_dir / "media"),
-            "VIDLORA_DATABASE_URL": PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + self.db_name,
             "VIDLORA_BROKER_URL": f"{REDIS_URL}/{redis_db}",
             "VIDLORA_DISPATCH_MAX_WAIT_S": "1.0",
             "VIDLORA_HEARTBEAT_S": "2.0",
@@ -92,13 +91,12 @@ class Services:
 
     def __enter__(self) -> "Services":
         import redis
-        from sqlalchemy import create_engine, text
+
+        from bench.scratch_db import scratch_database
 
         redis.Redis.from_url(f"{REDIS_URL}/{self.redis_db}").flushdb()
-        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{self.db_name}"'))
-        admin.dispose()
+        self._database = scratch_database(PG_ADMIN_URL, self.tag, keep=self.keep)
+        self._database.__enter__()
         from vidlora import db, scenarios
         from vidlora.config import reset_settings
 
@@ -115,20 +113,10 @@ class Services:
     def __exit__(self, *exc) -> None:
         for worker in self.workers:
             worker.stop()
+        self._database.__exit__(None, None, None)
         if self.keep:
-            print(f"kept database {self.db_name} and {self.run_dir}", file=sys.stderr)
+            print(f"kept {self.run_dir}", file=sys.stderr)
             return
-        from sqlalchemy import create_engine, text
-
-        from vidlora.db import reset_engine
-
-        reset_engine()
-        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": self.db_name})
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.db_name}"'))
-        admin.dispose()
         subprocess.run(["rm", "-rf", str(self.run_dir)], check=False)
 
 

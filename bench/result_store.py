@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import time
-import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 DEFAULT_ADMIN = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -44,13 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
 
-    from sqlalchemy import create_engine, text
+    from bench.scratch_db import scratch_database
 
-    name = f"vidlora_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(a.admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    os.environ["VIDLORA_DATABASE_URL"] = a.admin_url.rsplit("/", 1)[0] + "/" + name
+    scratch = ExitStack()
+    scratch.enter_context(scratch_database(a.admin_url))
     try:
         from bench.alternate import alternate
         from tasks.analysis_rows import store_or_fail
@@ -105,14 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 "step_s": a.step_s, "rows": rows,
                 "mean_engine_thread_ms_per_result": mean}, indent=1) + "\n")
     finally:
-        from vidlora.db import reset_engine
-
-        reset_engine()
-        with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d "
-                              "AND pid <> pg_backend_pid()"), {"d": name})
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+        scratch.close()
     return 0
 
 

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 DEFAULT_ADMIN = os.environ.get("VIDLORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -179,13 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/review_scale")
     a = ap.parse_args(argv)
 
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import text
 
-    name = f"vidlora_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(a.admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    os.environ["VIDLORA_DATABASE_URL"] = a.admin_url.rsplit("/", 1)[0] + "/" + name
+    from bench.scratch_db import scratch_database
+
+    scratch = ExitStack()
+    scratch.enter_context(scratch_database(a.admin_url))
     os.environ.setdefault("VIDLORA_SECRET_KEY", uuid.uuid4().hex)
     os.environ.setdefault("VIDLORA_BROKER_URL", a.redis_url)
     server = None
@@ -298,12 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.shutdown()
-        from vidlora import db
-
-        db.reset_engine()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.close()
     return 0
 
 
