@@ -102,3 +102,38 @@ def test_leaving_the_page_running_out_or_signing_out_frees_the_answer(team):
     assert _lands_on(_opened(b, r1, seeded.scenario)) == r2
     assert b.post("/auth/logout", data={"csrf_token": b.csrf}).status_code == 302
     assert _opened(a, r2, seeded.scenario).status_code == 200  # signing out let go of r2
+
+
+def test_an_answer_reviewed_while_the_queue_hands_it_over_is_passed_by(team):
+    """On a busy server a colleague may approve an answer, and let go of it, between the
+    moment a reviewer's request reads it and the moment it would be held for them: that
+    reviewer is handed the next answer, not the old version (whose Approve would conflict)."""
+    from sqlalchemy import event
+
+    from vidlora.db import get_engine
+    from vidlora.models import Result
+    from web.review.actions import apply_review
+
+    a, b = team
+    seeded = seed_structured([ANSWER] * 3)
+    r1, r2, _ = seeded.result_ids
+    fired = []
+
+    def colleague_approves_first(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO REVIEW_LEASE") and not fired:
+            fired.append(statement)
+            with session_scope() as session:  # the colleague's own transaction, committed now
+                apply_review(session, session.get(Result, r1), "approve", None, version=0)
+
+    event.listen(get_engine(), "before_cursor_execute", colleague_approves_first)
+    try:
+        handed = _opened(b, r1, seeded.scenario)
+    finally:
+        event.remove(get_engine(), "before_cursor_execute", colleague_approves_first)
+    assert fired
+    assert _lands_on(handed) == r2
+    page = b.get(handed.headers["Location"]).get_data(as_text=True)
+    assert f"Result {r1} was reviewed a moment ago" in page
+    done = b.post(f"/review/results/{r2}?{_queue(seeded.scenario)}",
+                  data={"csrf_token": b.csrf, "action": "approve", "version": review_version(b, r2)})
+    assert done.status_code == 303  # no conflict

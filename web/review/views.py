@@ -4,6 +4,7 @@ import json
 
 from flask import abort, flash, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user
+from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from vidlora.feedback.gold import GoldError, set_gold
@@ -158,27 +159,48 @@ def result(result_id: int):
     if filters is not None and result.review_state == ReviewState.UNREVIEWED:
         # Opened from the queue: hold it, or, when a colleague holds it, hand over the next free one.
         session = get_db()
-        held = leases.take(session, result_id, current_user.id)
-        if held is not None:
+        mine, held = _hold(session, result_id)
+        if not mine:
             following = _next_free(session, filters, result_id)
             session.commit()
             if following is not None:
-                flash(f"{held.username} is reviewing result {result_id}; here is the next answer nobody has open.",
-                      "info")
+                flash(f"{held.username} is reviewing result {result_id}; here is the next answer nobody has open."
+                      if held else f"Result {result_id} was reviewed a moment ago; here is the next answer nobody "
+                      "has open.", "info")
                 return redirect(url_for("review.result", result_id=following, **queue_args), code=303)
+            if held is None:  # reviewed since it was read: show it as it is now
+                session.expire(result)
+                result = _result_or_404(result_id)
         session.commit()
     return _page(result)
 
 
+def _hold(session, result_id: int) -> tuple[bool, leases.Holder | None]:
+    """Hold an unreviewed result for this reviewer: (True, None) when they now hold it,
+    (False, the colleague) when a colleague does, (False, None) when it was reviewed after
+    this request read it. A colleague may approve it and let go of it between that read and
+    this hold (their whole review in the meantime, on a busy server): without the check the
+    page would offer the answer at its old version, and Approve would meet a conflict."""
+    held = leases.take(session, result_id, current_user.id)
+    if held is not None:
+        return False, held
+    now = session.scalar(select(Result.review_state).where(Result.id == result_id))  # a fresh read
+    if now != ReviewState.UNREVIEWED:
+        leases.release(session, result_id, current_user.id)
+        return False, None
+    return True, None
+
+
 def _next_free(session, filters: ResultFilters, result_id: int) -> int | None:
     """The next unreviewed result of the queue after ``result_id`` that nobody else holds, now
-    held for this reviewer. A colleague may take the same one at the same moment: then the one
-    after it (a few tries; past them, the answer even if held: a lease is a courtesy)."""
+    held for this reviewer. A colleague may take the same one at the same moment, or review it
+    in between: then the one after it (a few tries; past them, the answer even if held: a
+    lease is a courtesy)."""
     leases.sweep(session)  # holds that ran out count for nothing; this keeps their table small
     candidate = None
     for _ in range(5):
         candidate = neighbours(session, filters, result_id, leases.held_by_others(current_user.id)).next_unreviewed
-        if candidate is None or leases.take(session, candidate, current_user.id) is None:
+        if candidate is None or _hold(session, candidate)[0]:
             return candidate
     return candidate
 
