@@ -134,7 +134,46 @@ def score_field(spec: FieldSpec, model: Any, reviewed: Any, relative: float) -> 
     side has is a wrong value (the model missed a find, or invented one); a field neither side
     gives is not compared."""
     left = values_of(model, spec)
-    right = left if reviewed is model else values_of(reviewed, spec)  # approved unchanged: one answer
+    return _score_values(spec, left, left if reviewed is model else values_of(reviewed, spec), relative)
+
+
+def score_fields(specs: list[FieldSpec], model: Any, reviewed: Any, relative: float) -> tuple[tuple[int, int], ...]:
+    """``score_field`` for every field of the schema at once, the same figures for less work
+    (the Scenarios page scores every reviewed answer of a scenario: 10,000 at 100k results):
+    each array of an answer is walked once for all its fields, and an answer approved unchanged
+    is compared with itself only where that can fail (a number that is not one)."""
+    left = _all_values(specs, model)
+    if reviewed is not model:
+        right = _all_values(specs, reviewed)
+        return tuple(_score_values(spec, a, b, relative) for spec, a, b in zip(specs, left, right))
+    out = []
+    for spec, values in zip(specs, left):
+        given = [v for v in values if v is not None]
+        if spec.kind == "string" and spec.enum is None and not spec.many:
+            out.append((len(given), len(given)))  # normalised text always equals itself
+        else:
+            out.append((sum(same_value(spec, v, v, relative) for v in given), len(given)))
+    return tuple(out)
+
+
+def _all_values(specs: list[FieldSpec], answer: Any) -> list[list[Any]]:
+    if not isinstance(answer, dict):
+        return [[] for _ in specs]
+    items_of: dict[str, Any] = {}
+    out = []
+    for spec in specs:
+        whole, array, rest = _parts(spec.path, spec.array, spec.many)
+        if array is None:
+            out.append([_walk(answer, whole)])
+            continue
+        if spec.array not in items_of:
+            items_of[spec.array] = _walk(answer, array)
+        items = items_of[spec.array]
+        out.append([] if not isinstance(items, list) else [_walk(item, rest) for item in items] if rest else list(items))
+    return out
+
+
+def _score_values(spec: FieldSpec, left: list[Any], right: list[Any], relative: float) -> tuple[int, int]:
     compared = correct = 0
     for i in range(max(len(left), len(right))):
         a = left[i] if i < len(left) else None

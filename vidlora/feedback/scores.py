@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, null, select
 from sqlalchemy.orm import Session
 
-from vidlora.feedback.agreement import normalise_text, score_field
+from vidlora.feedback.agreement import normalise_text, score_fields
 from vidlora.feedback.memo import remembered
 from vidlora.lifecycle import ReviewState
 from vidlora.models import Analysis, Result, ResultConfidence, Review, Scenario
@@ -58,7 +58,7 @@ def score(specs: list[FieldSpec], version: str | None, state: str, model: Any, r
         return Scored(version, state, None, right, confidence, ())
     if model is None or reviewed is None:
         return Scored(version, state, None, False, confidence, ())
-    fields = tuple(score_field(spec, model, reviewed, relative) for spec in specs)
+    fields = score_fields(specs, model, reviewed, relative)
     kept = []
     for name, conf in (field_confidence or {}).items():
         if is_part(name):

@@ -86,3 +86,23 @@ def test_rates_and_field_accuracy_of_a_version():
 def test_a_free_text_version_has_rates_only(state):
     report = agreement("v1", [score([], "v1", state, None, None, TOL, text="A bronze mirror.")], []).as_dict()
     assert report[state]["count"] == 1 and report["fields"] == []
+
+
+@pytest.mark.parametrize("model, reviewed", [
+    ({"sealed": True, "chamber_count": 3, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}, None),
+    ({"site": " Tomb  B ", "finds": [{"material": "jade", "confidence": "0.8"}, {"period": "tang"}]}, None),  # a number that is not one
+    ({"finds": "none", "damage": ["water", "looting"], "chamber_count": True}, None),
+    ({"finds": [{"material": "bronze"}, {"material": "jade"}]},
+     {"finds": [{"material": "bronze"}, {"material": "ceramic"}, {"material": "jade"}]}),
+    ({"sealed": False, "damage": ["water"], "site": "b"}, {"sealed": True, "damage": ["water"], "site": "B"}),
+    ({"finds": []}, {"finds": [{"material": "bronze", "confidence": 0.5}]}),
+    ("not an answer", {"sealed": True}),
+])
+def test_scoring_every_field_at_once_gives_each_fields_own_score(model, reviewed):
+    """The Scenarios page scores whole answers at once (``score_fields``): the same figures as
+    field by field, for an answer approved unchanged (scored against itself) or corrected."""
+    from vidlora.feedback.agreement import score_fields
+
+    specs = schema_fields(CATALOGUE)
+    reviewed = model if reviewed is None else reviewed
+    assert score_fields(specs, model, reviewed, TOL) == tuple(score_field(s, model, reviewed, TOL) for s in specs)
