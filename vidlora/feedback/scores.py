@@ -18,7 +18,7 @@ from sqlalchemy import func, null, select
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import normalise_text, score_fields
-from vidlora.feedback.memo import remembered
+from vidlora.memo import remembered
 from vidlora.lifecycle import ReviewState
 from vidlora.models import Analysis, Result, ResultConfidence, Review, Scenario
 from vidlora.results.confidence import is_part
