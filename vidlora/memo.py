@@ -38,6 +38,29 @@ def remembered(key: Hashable, compute: Callable[[], T]) -> T:
     return value
 
 
+# Items kept one by one (a scored answer per result and review version): a change to a few of a
+# scenario's results then costs a few items, not all of them again.
+ITEMS_KEPT = 100_000
+_items: OrderedDict[Hashable, Any] = OrderedDict()
+
+
+def kept_items(keys: list[Hashable]) -> dict[Hashable, Any]:
+    """Those of ``keys`` kept, with what was kept for them."""
+    with _lock:
+        found = {k: _items[k] for k in keys if k in _items}
+        for k in found:
+            _items.move_to_end(k)
+    return found
+
+
+def keep_items(items: dict[Hashable, Any]) -> None:
+    with _lock:
+        _items.update(items)
+        while len(_items) > ITEMS_KEPT:
+            _items.popitem(last=False)
+
+
 def forget() -> None:
     with _lock:
         _kept.clear()
+        _items.clear()

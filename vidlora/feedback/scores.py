@@ -18,7 +18,7 @@ from sqlalchemy import func, null, select
 from sqlalchemy.orm import Session
 
 from vidlora.feedback.agreement import normalise_text, score_fields
-from vidlora.memo import remembered
+from vidlora.memo import keep_items, kept_items, remembered
 from vidlora.lifecycle import ReviewState
 from vidlora.models import Analysis, Result, ResultConfidence, Review, Scenario
 from vidlora.results.confidence import is_part
@@ -118,27 +118,51 @@ def scenario_reviews(session: Session, scenario: Scenario, version: str | None =
 
 
 def _read(session: Session, scenario: Scenario, mine: list, counts: tuple, relative: float) -> ScenarioReviews:
-    """The reviewed answers (``ix_result_reviewed`` finds them without reading the rest) and
-    their fields' confidences, joined (10,000 bound ids cost more than the read); the texts
-    only for a free-text scenario."""
+    """The reviewed results' ids and review versions (``ix_result_reviewed`` finds them without
+    reading the rest); then only the answers not scored before at that review version, with
+    their fields' confidences (a review after the page was drawn costs one answer, not all)."""
     versions = [VersionCount(v, n, waiting, newest)
                 for v, n, waiting, newest, *_ in sorted(counts, key=lambda row: row[3], reverse=True)]
     reviewed = Result.review_state != ReviewState.UNREVIEWED
+    specs = schema_fields(scenario.output_schema)
+    prefix = ("scored", str(session.get_bind().engine.url), scenario.id, repr(scenario.output_schema), relative)
+    wanted = [(*prefix, rid, rv) for rid, rv in session.execute(
+        select(Result.id, Result.review_version).join(Analysis, Analysis.id == Result.analysis_id)
+        .where(*mine, reviewed).order_by(Result.id))]
+    found = kept_items(wanted)
+    missing = [key[-2] for key in wanted if key not in found]
+    fresh: dict[int, tuple[int, Scored]] = {}
+    for start in range(0, len(missing), CHUNK) if len(missing) <= FEW else [0]:
+        only = [Result.id.in_(missing[start:start + CHUNK])] if len(missing) <= FEW else []
+        fresh.update(_score_rows(session, specs, [*mine, reviewed, *only], relative))
+    keep_items({(*prefix, rid, rv): one for rid, (rv, one) in fresh.items()})
+    # A review between the two reads: the answer as read the second time
+    scored = [fresh[key[-2]][1] if key[-2] in fresh else found[key] for key in wanted if key in found or key[-2] in fresh]
+    return ScenarioReviews(specs, versions, scored)
+
+
+FEW = 5_000  # answers to score up to which they are read by id (in chunks), past it all at once
+CHUNK = 1_000
+
+
+def _score_rows(session: Session, specs: list[FieldSpec], where: list, relative: float) -> dict[int, tuple[int, Scored]]:
+    """The answers ``where`` selects, scored: result id -> (its review version, its score). Their
+    fields' confidences joined, not passed as an id list; the texts only for a free-text scenario."""
     by_field: dict[int, dict[str, float]] = {}
     for rid, name, conf in session.execute(
             select(ResultConfidence.result_id, ResultConfidence.field, ResultConfidence.confidence)
             .join(Result, Result.id == ResultConfidence.result_id).join(Analysis, Analysis.id == Result.analysis_id)
-            .where(*mine, reviewed, Result.confidence.is_not(None))):
+            .where(*where, Result.confidence.is_not(None))):
         by_field.setdefault(rid, {})[name] = conf
-    specs = schema_fields(scenario.output_schema)
     texts = (Result.text, Result.edited_text) if not specs else (null(), null())
-    scored = []
-    for rid, v, state, parsed, edited, conf, text, edited_text in session.execute(
-            select(Result.id, Result.adapter_version, Result.review_state, Result.parsed, Result.edited_parsed,
-                   Result.confidence, *texts)
-            .join(Analysis, Analysis.id == Result.analysis_id).where(*mine, reviewed).order_by(Result.id)):
-        rejected = state == ReviewState.REJECTED
-        reviewed_text = None if rejected else (edited_text if edited_text is not None else text)
-        scored.append(score(specs, v, state, parsed, reviewed_answer(state, parsed, edited), relative, conf,
-                            by_field.get(rid), text, reviewed_text))
-    return ScenarioReviews(specs, versions, scored)
+    out = {}
+    for rid, rv, v, state, parsed, edited, conf, text, edited_text in session.execute(
+            select(Result.id, Result.review_version, Result.adapter_version, Result.review_state, Result.parsed,
+                   Result.edited_parsed, Result.confidence, *texts)
+            .join(Analysis, Analysis.id == Result.analysis_id).where(*where)):
+        if state == ReviewState.UNREVIEWED:
+            continue  # sent back to the queue between the two reads
+        reviewed_text = None if state == ReviewState.REJECTED else (edited_text if edited_text is not None else text)
+        out[rid] = (rv, score(specs, v, state, parsed, reviewed_answer(state, parsed, edited), relative, conf,
+                              by_field.get(rid), text, reviewed_text))
+    return out

@@ -20,9 +20,9 @@ def answers_read():
     """How many statements read the stored answers (``result.parsed``)."""
     seen: list[str] = []
 
-    def note(conn, cursor, statement, *args):
+    def note(conn, cursor, statement, parameters, *args):
         if "result.parsed" in statement:
-            seen.append(statement)
+            seen.append((statement, parameters))
 
     event.listen(get_engine(), "before_cursor_execute", note)
     try:
@@ -82,3 +82,20 @@ def test_agreement_and_calibration_read_and_score_the_answers_once_between_them(
     assert len(reads) == 1, reads
     assert agreement["approved"]["count"] == 1 and agreement["rejected"]["count"] == 1
     assert calibration["sources"] == {"reviews": 2} and calibration["answers"]["right"] == 1
+
+
+def test_after_a_review_only_the_reviewed_answer_is_read_and_scored_again(database):
+    from web.review.actions import apply_review
+
+    seeded = seed_structured([ANSWER] * 4, review_states=["approved", "approved", "rejected", "unreviewed"],
+                             confidences=[SURE] * 4)
+    first = _measures(seeded.scenario)
+    with session_scope() as session:
+        apply_review(session, session.get(Result, seeded.result_ids[3]), "approve", None, version=0)
+    with answers_read() as reads:
+        after = _measures(seeded.scenario)
+    [(statement, parameters)] = reads
+    ids = [v for k, v in parameters.items() if k.startswith("id_")]  # the expanded IN list
+    assert "result.id IN" in statement and ids == [seeded.result_ids[3]], (statement, parameters)
+    assert (first[0]["approved"]["count"], after[0]["approved"]["count"]) == (2, 3)
+    assert after[1]["sources"] == {"reviews": 4} and after[1]["answers"]["right"] == 3
