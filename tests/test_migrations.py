@@ -62,6 +62,17 @@ def test_sqlite_embedded_database_migrates_too(tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def _one_analysis(conn) -> None:
+    """A scenario, a video and its done analysis (ids 1), as an older schema holds them."""
+    conn.execute(text("INSERT INTO scenario (name, title, description, prompt, sampling, generation, active, "
+                      "adapter_status, created_at, updated_at) VALUES ('s', 'S', '', 'p', '{}', '{}', true, "
+                      "'none', now(), now())"))
+    conn.execute(text("INSERT INTO video (sha256, path, original_name, size_bytes, status, attempts, created_at, "
+                      "updated_at) VALUES ('h', 'v', 'v.mp4', 1, 'ready', 0, now(), now())"))
+    conn.execute(text("INSERT INTO analysis (video_id, scenario_id, status, attempts, created_at) "
+                      "VALUES (1, 1, 'done', 1, now())"))
+
+
 def test_0004_keeps_stored_answers_and_indexes_their_fields(empty_pg):
     """Results stored before structured results became data: their answers move to JSONB
     unchanged and their fields are indexed; downgrading gives the JSON column back."""
@@ -69,13 +80,7 @@ def test_0004_keeps_stored_answers_and_indexes_their_fields(empty_pg):
     engine = create_engine(empty_pg)
     answer = {"finds": [{"material": "bronze", "confidence": 0.5}, {"material": "jade"}], "sealed": True}
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO scenario (name, title, description, prompt, sampling, generation, active, "
-                          "adapter_status, created_at, updated_at) VALUES ('s', 'S', '', 'p', '{}', '{}', true, "
-                          "'none', now(), now())"))
-        conn.execute(text("INSERT INTO video (sha256, path, original_name, size_bytes, status, attempts, created_at, "
-                          "updated_at) VALUES ('h', 'v', 'v.mp4', 1, 'ready', 0, now(), now())"))
-        conn.execute(text("INSERT INTO analysis (video_id, scenario_id, status, attempts, created_at) "
-                          "VALUES (1, 1, 'done', 1, now())"))
+        _one_analysis(conn)
         conn.execute(text("INSERT INTO result (analysis_id, text, parsed, prompt_tokens, output_tokens, latency_s, "
                           "health, model, review_state, created_at) VALUES (1, 'x', CAST(:p AS json), 1, 1, 0.1, "
                           "'{}', 'm', 'unreviewed', now())"), {"p": json.dumps(answer)})
@@ -146,13 +151,7 @@ def test_0018_marks_a_value_a_result_repeats_and_indexes_the_reviewed_results(em
     assert alembic(empty_pg, "upgrade", "0017").returncode == 0
     engine = create_engine(empty_pg)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO scenario (name, title, description, prompt, sampling, generation, active, "
-                          "adapter_status, created_at, updated_at) VALUES ('s', 'S', '', 'p', '{}', '{}', true, "
-                          "'none', now(), now())"))
-        conn.execute(text("INSERT INTO video (sha256, path, original_name, size_bytes, status, attempts, created_at, "
-                          "updated_at) VALUES ('h', 'v', 'v.mp4', 1, 'ready', 0, now(), now())"))
-        conn.execute(text("INSERT INTO analysis (video_id, scenario_id, status, attempts, created_at) "
-                          "VALUES (1, 1, 'done', 1, now())"))
+        _one_analysis(conn)
         conn.execute(text("INSERT INTO result (analysis_id, text, parsed, prompt_tokens, output_tokens, latency_s, "
                           "health, model, review_state, created_at) VALUES (1, 'x', '{}', 1, 1, 0.1, "
                           "'{}', 'm', 'unreviewed', now())"))
