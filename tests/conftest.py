@@ -93,6 +93,9 @@ def pytest_configure(config):
     # Every GPU worker start would run them (~20 engine runs each on the CPU); they and the
     # worker's refusal are tested in tests/workers/test_engine_host.py, tests/tasks/test_gpu_worker.py.
     os.environ.setdefault("VIDLORA_STARTUP_CHECKS", "false")
+    # Each app the tests build would score its scenarios in a thread of its own, beside the
+    # tests that count those reads; tests/web/scenarios/test_warm.py turns it on.
+    os.environ.setdefault("VIDLORA_WARM_MEASURES_ON_START", "false")
 
 
 @pytest.fixture(scope="session")

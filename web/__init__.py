@@ -130,6 +130,9 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     app.add_url_rule("/", endpoint="index", view_func=_index)
     app.add_url_rule("/healthz", endpoint="healthz", view_func=_healthz)
     app.add_url_rule("/metrics", endpoint="metrics", view_func=_metrics)
+    from web.scenarios.warm import warm_in_background
+
+    app.extensions["vidlora_warm_measures"] = warm_in_background()  # the thread (tests wait on it), or None
     return app
 
 

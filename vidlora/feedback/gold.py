@@ -26,14 +26,14 @@ def set_gold(result: Result, gold: bool, user_id: int | None) -> None:
         result.gold_at, result.gold_by = None, None
 
 
-def _gold(scenario_id: int):
-    return (select(Result).join(Analysis, Analysis.id == Result.analysis_id)
+def _gold(scenario_id: int, what=Result):
+    return (select(what).join(Analysis, Analysis.id == Result.analysis_id)
             .where(Analysis.scenario_id == scenario_id, Result.gold_at.is_not(None),
                    Result.review_state.in_([s.value for s in GOLD_STATES])))
 
 
 def gold_count(session: Session, scenario_id: int) -> int:
-    return session.scalar(select(func.count()).select_from(_gold(scenario_id).subquery())) or 0
+    return session.scalar(_gold(scenario_id, func.count(Result.id))) or 0
 
 
 def gold_results(session: Session, scenario_id: int) -> list[Result]:

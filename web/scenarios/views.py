@@ -7,19 +7,15 @@ from vidlora.config import get_settings
 from vidlora.feedback.gate import check
 from vidlora.feedback.gold import gold_count, gold_results
 from vidlora.feedback.releases import releases
-from vidlora.feedback.calibration import calibrations
-from vidlora.feedback.measure import agreements
-from vidlora.feedback.scores import scenario_reviews
 from vidlora.latency import parse_window, scenario_latency
 from vidlora.models import Scenario
 from web.database import get_db
 from web.scenarios import bp
 from web.scenarios.health import holders, worker_health
+from web.scenarios.measures import scenario_measures
 
 
 WINDOWS = ("1h", "24h", "7d", "30d")
-# Adapter versions shown side by side per scenario: the serving one and those before it.
-VERSIONS_SHOWN = 3
 
 
 @bp.get("/")
@@ -32,12 +28,7 @@ def index():
         window = "24h"
     tolerance = get_settings().eval_number_tolerance
     minimum = get_settings().calibration_min_answers
-    # Each scenario's reviewed answers read and scored once for both measures (and kept until
-    # its results change: vidlora.feedback.memo).
-    reviews = {s.id: scenario_reviews(session, s, None, tolerance) for s in scenarios}
-    agreement = {s.id: agreements(reviews[s.id])[:VERSIONS_SHOWN] for s in scenarios}
-    calibration = {s.id: calibrations(session, s, reviews[s.id], None, tolerance, minimum)[:VERSIONS_SHOWN]
-                   for s in scenarios}
+    measures = scenario_measures(session, scenarios, tolerance, minimum)
     gold = {s.id: gold_count(session, s.id) for s in scenarios}
     # Each candidate version beside the stored answers on the gold set, once it has answered it,
     # and whether promote would serve it (vidlora.feedback.gate).
@@ -45,7 +36,7 @@ def index():
                          for r in releases(session, s) if r.status == "candidate"] for s in scenarios}
     return render_template("scenarios/index.html", scenarios=scenarios, workers=workers, holders=holders(workers),
                            latency=scenario_latency(session, parse_window(window)), window=window, windows=WINDOWS,
-                           agreement=agreement, calibration=calibration, gold=gold, config_tolerance=tolerance,
+                           agreement=measures.agreement, calibration=measures.calibration, gold=gold, config_tolerance=tolerance,
                            candidates=candidates)
 
 

@@ -1,34 +1,17 @@
-"""vidlora.feedback.memo: the Scenarios page scores a scenario's reviewed answers once, and
-again only once its results changed: a review, a new result."""
+"""vidlora.memo: the Scenarios page scores a scenario's reviewed answers once, and again only
+once its results changed: a review, a new result."""
 
-from contextlib import contextmanager
+from sqlalchemy import select
 
-from sqlalchemy import event, select
-
+from tests.support.reads import answers_read
 from tests.support.structured import seed_structured
-from vidlora.db import get_engine, session_scope
+from vidlora.db import session_scope
 from vidlora.feedback.calibration import scenario_calibration
 from vidlora.feedback.measure import scenario_agreement
 from vidlora.models import Result, Scenario
 
 ANSWER = {"sealed": True, "finds": [{"material": "bronze", "period": "han", "confidence": 0.8}]}
 SURE = {"sealed": 0.95, "finds": 0.9}
-
-
-@contextmanager
-def answers_read():
-    """How many statements read the stored answers (``result.parsed``)."""
-    seen: list[str] = []
-
-    def note(conn, cursor, statement, parameters, *args):
-        if "result.parsed" in statement:
-            seen.append((statement, parameters))
-
-    event.listen(get_engine(), "before_cursor_execute", note)
-    try:
-        yield seen
-    finally:
-        event.remove(get_engine(), "before_cursor_execute", note)
 
 
 def _measures(name: str):
