@@ -13,6 +13,7 @@ and the minute); the next view after a change computes afresh.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -64,3 +65,14 @@ def forget() -> None:
     with _lock:
         _kept.clear()
         _items.clear()
+
+
+def _fresh_lock_in_child() -> None:
+    # A web process warms these in a thread (web.scenarios.warm) and `vidlora web` forks its
+    # gunicorn workers from it: a fork while that thread held the lock would leave the worker's
+    # copy held for ever, and its Scenarios page waiting on it. What was kept stays valid.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)

@@ -202,11 +202,16 @@ def web_command(host: str | None, port: int | None, workers: int, threads: int, 
 def _serve_gunicorn(app, bind: str, workers: int, threads: int, timeout: int) -> None:
     from gunicorn.app.base import BaseApplication
 
+    from web.scenarios.warm import warm_in_background
+
     class Server(BaseApplication):
         def load_config(self) -> None:
             # Long timeout: a large upload is one long request while it is copied into the store.
+            # The app is built here, before the workers fork: each worker warms its own copy of
+            # the Scenarios measures (what the master had finished comes with the fork).
             for key, value in {"bind": bind, "workers": workers, "threads": threads,
-                               "worker_class": "gthread", "timeout": timeout, "accesslog": "-"}.items():
+                               "worker_class": "gthread", "timeout": timeout, "accesslog": "-",
+                               "post_fork": lambda server, worker: warm_in_background()}.items():
                 self.cfg.set(key, value)
 
         def load(self):

@@ -82,3 +82,22 @@ def test_after_a_review_only_the_reviewed_answer_is_read_and_scored_again(databa
     assert "result.id IN" in statement and ids == [seeded.result_ids[3]], (statement, parameters)
     assert (first[0]["approved"]["count"], after[0]["approved"]["count"]) == (2, 3)
     assert after[1]["sources"] == {"reviews": 4} and after[1]["answers"]["right"] == 3
+
+
+def test_a_process_forked_while_another_thread_held_the_memo_can_use_it():
+    """`vidlora web` forks its workers while the start-up warm-up may be keeping a measure."""
+    import os
+
+    from vidlora import memo
+
+    memo.remembered(("fork test",), lambda: 1)
+    with memo._lock:  # the warm-up thread, mid-update, at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the worker: its copy of the lock must not be held
+            import signal
+
+            signal.alarm(10)
+            ok = memo.remembered(("fork test",), lambda: 2) == 1 and memo.remembered(("other",), lambda: 3) == 3
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
