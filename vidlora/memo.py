@@ -68,9 +68,9 @@ def forget() -> None:
 
 
 def _fresh_lock_in_child() -> None:
-    # A web process warms these in a thread (web.scenarios.warm) and `vidlora web` forks its
-    # gunicorn workers from it: a fork while that thread held the lock would leave the worker's
-    # copy held for ever, and its Scenarios page waiting on it. What was kept stays valid.
+    # A web process warms these in a thread (web.scenarios.warm); a process that forks after
+    # (gunicorn --preload, a test) while that thread held the lock would leave the child's copy
+    # held for ever, and its Scenarios page waiting on it. What was kept stays valid.
     global _lock
     _lock = threading.Lock()
 

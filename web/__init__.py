@@ -63,8 +63,11 @@ def _secret_key(app: Flask, dev: bool) -> str:
     )
 
 
-def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> Flask:
-    """Build the app. ``dev=True`` allows a random secret key (embedded demo only)."""
+def create_app(test_config: dict[str, Any] | None = None, dev: bool = False, warm: bool = True) -> Flask:
+    """Build the app. ``dev=True`` allows a random secret key (embedded demo only). ``warm``:
+    start warming the Scenarios measures here; False where the process forks its servers next
+    (``vidlora web``: a fork while that thread is importing or connecting leaves the workers a
+    half-imported driver), which then warm each in its own worker."""
     settings = get_settings()
     app = Flask(__name__)
     from web.json_input import StrictJSONProvider
@@ -132,7 +135,7 @@ def create_app(test_config: dict[str, Any] | None = None, dev: bool = False) -> 
     app.add_url_rule("/metrics", endpoint="metrics", view_func=_metrics)
     from web.scenarios.warm import warm_in_background
 
-    app.extensions["vidlora_warm_measures"] = warm_in_background()  # the thread (tests wait on it), or None
+    app.extensions["vidlora_warm_measures"] = warm_in_background() if warm else None  # the thread, or None
     return app
 
 

@@ -190,7 +190,7 @@ def web_command(host: str | None, port: int | None, workers: int, threads: int, 
     settings = get_settings()
     host, port = host or settings.web_host, port or settings.web_port
     try:
-        app = create_app(dev=dev)
+        app = create_app(dev=dev, warm=dev)  # gunicorn: each worker warms after the fork (_serve_gunicorn)
     except InsecureSecretKey as exc:
         raise click.ClickException(str(exc)) from exc
     if dev:
@@ -207,8 +207,8 @@ def _serve_gunicorn(app, bind: str, workers: int, threads: int, timeout: int) ->
     class Server(BaseApplication):
         def load_config(self) -> None:
             # Long timeout: a large upload is one long request while it is copied into the store.
-            # The app is built here, before the workers fork: each worker warms its own copy of
-            # the Scenarios measures (what the master had finished comes with the fork).
+            # The app is built here, before the workers fork, so it warms nothing itself: each
+            # worker warms its own Scenarios measures once forked.
             for key, value in {"bind": bind, "workers": workers, "threads": threads,
                                "worker_class": "gthread", "timeout": timeout, "accesslog": "-",
                                "post_fork": lambda server, worker: warm_in_background()}.items():

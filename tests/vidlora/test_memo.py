@@ -85,7 +85,8 @@ def test_after_a_review_only_the_reviewed_answer_is_read_and_scored_again(databa
 
 
 def test_a_process_forked_while_another_thread_held_the_memo_can_use_it():
-    """`vidlora web` forks its workers while the start-up warm-up may be keeping a measure."""
+    """A server that forks its workers (gunicorn --preload) while the start-up warm-up may be
+    keeping a measure."""
     import os
 
     from vidlora import memo

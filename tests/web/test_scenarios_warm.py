@@ -2,6 +2,7 @@
 the first Scenarios view after a deploy or restart finds its measures ready."""
 
 import logging
+import time
 
 import pytest
 from sqlalchemy import create_engine
@@ -95,3 +96,23 @@ def test_a_database_not_reachable_at_start_is_logged_and_the_app_serves(database
     assert "not warmed at start" in caplog.text and "first Scenarios view computes them" in caplog.text
     login(client, reviewer)
     assert client.get("/scenarios/").status_code == 200
+
+
+def test_vidlora_web_warms_in_each_worker_and_serves(database, tmp_path):
+    """`vidlora web` builds the app before gunicorn forks its workers: warming there would hand
+    the workers a half-imported database driver (every page 5xx, /healthz 503). Each worker
+    warms after the fork instead, and serves."""
+    import json
+    import urllib.request
+
+    from tests.support.web_server import WebServer
+
+    seed_structured([ANSWER] * 2, review_states=["approved", "rejected"], confidences=[SURE] * 2)
+    server = WebServer(tmp_path / "web.log", extra_env={"VIDLORA_WARM_MEASURES_ON_START": "true"})
+    try:
+        with urllib.request.urlopen(server.url + "/healthz", timeout=10) as response:
+            assert json.load(response)["database"] == "ok"
+        time.sleep(1)  # the worker's warm-up has long finished on two rows
+        assert "not warmed" not in server.log(200), server.log()
+    finally:
+        server.stop()
